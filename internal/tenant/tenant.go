@@ -1,0 +1,280 @@
+// Package tenant holds rezuscloud's domain types: a tenant (one Talos
+// Kubernetes cluster), its node groups, the machines and nodes they declare,
+// and the status model that Home Assistant shows. It also decodes and
+// validates tenant files and keeps the tenant store (see DESIGN.md §3).
+//
+// It depends on nothing of the outside world but the TOML decoder and
+// machinery's version tables.
+package tenant
+
+import (
+	"fmt"
+	"time"
+)
+
+// Provider is the platform a tenant's machines run on.
+type Provider string
+
+// Providers.
+const (
+	ProviderMetal     Provider = "metal"
+	ProviderOCI       Provider = "oci"
+	ProviderOpenStack Provider = "openstack"
+)
+
+// Providers lists every provider, in the order the docs give them.
+var Providers = []Provider{ProviderMetal, ProviderOCI, ProviderOpenStack}
+
+// Role is a node group's Talos machine type.
+type Role string
+
+// Roles.
+const (
+	RoleControlPlane Role = "controlplane"
+	RoleWorker       Role = "worker"
+)
+
+// Tenant is one cluster, as declared by a tenant file. Name is the file stem.
+type Tenant struct {
+	Name              string      `toml:"-" json:"name"`
+	DisplayName       string      `toml:"display_name" json:"display_name"`
+	Provider          Provider    `toml:"provider" json:"provider"`
+	TalosVersion      string      `toml:"talos_version" json:"talos_version"`
+	KubernetesVersion string      `toml:"kubernetes_version" json:"kubernetes_version"`
+	Endpoint          string      `toml:"endpoint" json:"endpoint,omitempty"`
+	AutoApply         bool        `toml:"auto_apply" json:"auto_apply"`
+	ConfigPatches     []string    `toml:"config_patches" json:"-"`
+	OCI               *OCI        `toml:"oci" json:"oci,omitempty"`
+	OpenStack         *OpenStack  `toml:"openstack" json:"openstack,omitempty"`
+	NodeGroups        []NodeGroup `toml:"node_groups" json:"node_groups"`
+
+	// Path is the file the tenant was read from ("" when built in code).
+	Path string `toml:"-" json:"-"`
+}
+
+// OCI holds an Oracle Cloud tenant's platform fields.
+type OCI struct {
+	CompartmentOCID    string `toml:"compartment_ocid" json:"compartment_ocid"`
+	Region             string `toml:"region" json:"region"`
+	SubnetOCID         string `toml:"subnet_ocid" json:"subnet_ocid"`
+	ImageOCID          string `toml:"image_ocid" json:"image_ocid"`
+	AvailabilityDomain string `toml:"availability_domain" json:"availability_domain,omitempty"`
+}
+
+// OpenStack holds an OpenStack tenant's platform fields.
+type OpenStack struct {
+	Region         string `toml:"region" json:"region"`
+	Network        string `toml:"network" json:"network"`
+	Image          string `toml:"image" json:"image"`
+	FloatingIPPool string `toml:"floating_ip_pool" json:"floating_ip_pool,omitempty"`
+}
+
+// NodeGroup is a set of nodes of one role. Metal groups draw their nodes from
+// Machines; cloud groups carry their platform's sizing fields.
+type NodeGroup struct {
+	Name     string    `toml:"name" json:"name"`
+	Role     Role      `toml:"role" json:"role"`
+	Count    int       `toml:"count" json:"count"`
+	Machines []Machine `toml:"machines" json:"machines,omitempty"`
+
+	// OCI sizing.
+	Shape        string  `toml:"shape" json:"shape,omitempty"`
+	OCPUs        float64 `toml:"ocpus" json:"ocpus,omitempty"`
+	MemoryGB     float64 `toml:"memory_gb" json:"memory_gb,omitempty"`
+	BootVolumeGB int     `toml:"boot_volume_gb" json:"boot_volume_gb,omitempty"`
+
+	// OpenStack sizing.
+	Flavor   string `toml:"flavor" json:"flavor,omitempty"`
+	VolumeGB int    `toml:"volume_gb" json:"volume_gb,omitempty"`
+}
+
+// Machine is a bare-metal machine in a metal group's pool.
+type Machine struct {
+	Address     string `toml:"address" json:"address"`
+	MAC         string `toml:"mac" json:"mac,omitempty"`
+	InstallDisk string `toml:"install_disk" json:"install_disk"`
+}
+
+// Node is one node a tenant declares: node Index (1-based) of group Group.
+// Its Name, "<tenant>-<group>-<index>", is stable: scaling a group adds or
+// removes the highest indexes and never renames the others.
+type Node struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+	Group  string `json:"group"`
+	Role   Role   `json:"role"`
+	Index  int    `json:"index"`
+	// Machine is the pool machine a metal node runs on; nil for cloud nodes.
+	Machine *Machine `json:"machine,omitempty"`
+}
+
+// NodeName is the stable name of node index (1-based) of a group.
+func NodeName(tenant, group string, index int) string {
+	return fmt.Sprintf("%s-%s-%d", tenant, group, index)
+}
+
+// Title is what Home Assistant shows for the tenant.
+func (t *Tenant) Title() string {
+	if t.DisplayName != "" {
+		return t.DisplayName
+	}
+	return t.Name
+}
+
+// Group returns the named group, or nil.
+func (t *Tenant) Group(name string) *NodeGroup {
+	for i := range t.NodeGroups {
+		if t.NodeGroups[i].Name == name {
+			return &t.NodeGroups[i]
+		}
+	}
+	return nil
+}
+
+// Nodes lists the nodes the tenant declares, group by group in file order,
+// index by index. Metal node i runs on machine i of its group's pool.
+func (t *Tenant) Nodes() []Node {
+	var nodes []Node
+	for _, g := range t.NodeGroups {
+		for i := 1; i <= g.Count; i++ {
+			n := Node{Name: NodeName(t.Name, g.Name, i), Tenant: t.Name, Group: g.Name, Role: g.Role, Index: i}
+			if t.Provider == ProviderMetal && i <= len(g.Machines) {
+				m := g.Machines[i-1]
+				n.Machine = &m
+			}
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
+}
+
+// Node returns the declared node with that name.
+func (t *Tenant) Node(name string) (Node, bool) {
+	for _, n := range t.Nodes() {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// ControlPlaneGroup returns the group that holds the etcd control plane, or nil.
+func (t *Tenant) ControlPlaneGroup() *NodeGroup {
+	for i := range t.NodeGroups {
+		if t.NodeGroups[i].Role == RoleControlPlane {
+			return &t.NodeGroups[i]
+		}
+	}
+	return nil
+}
+
+// CountBounds gives the counts a group of this role may have.
+func CountBounds(r Role) (lo, hi int) {
+	if r == RoleControlPlane {
+		return 1, 5
+	}
+	return 0, 100
+}
+
+// Phase is a tenant's lifecycle phase (DESIGN.md §4).
+type Phase string
+
+// Phases.
+const (
+	PhaseAbsent        Phase = "absent"
+	PhasePlanned       Phase = "planned"
+	PhaseProvisioning  Phase = "provisioning"
+	PhaseBootstrapping Phase = "bootstrapping"
+	PhaseRunning       Phase = "running"
+	PhaseDegraded      Phase = "degraded"
+	PhaseUpgrading     Phase = "upgrading"
+	PhaseDestroying    Phase = "destroying"
+	PhaseFailed        Phase = "failed"
+	PhaseOrphaned      Phase = "orphaned"
+)
+
+// Phases lists every phase (the options of the Phase enum sensor).
+var Phases = []Phase{PhaseAbsent, PhasePlanned, PhaseProvisioning, PhaseBootstrapping, PhaseRunning,
+	PhaseDegraded, PhaseUpgrading, PhaseDestroying, PhaseFailed, PhaseOrphaned}
+
+// Stage is a node's lifecycle stage (DESIGN.md §4).
+type Stage string
+
+// Stages.
+const (
+	StagePending      Stage = "pending"
+	StageProvisioning Stage = "provisioning"
+	StageUnreachable  Stage = "unreachable"
+	StageMaintenance  Stage = "maintenance"
+	StageInstalling   Stage = "installing"
+	StageBooting      Stage = "booting"
+	StageRunning      Stage = "running"
+	StageRebooting    Stage = "rebooting"
+	StageUpgrading    Stage = "upgrading"
+	StageResetting    Stage = "resetting"
+	StageShuttingDown Stage = "shutting_down"
+)
+
+// Stages lists every stage (the options of the Stage enum sensor).
+var Stages = []Stage{StagePending, StageProvisioning, StageUnreachable, StageMaintenance, StageInstalling,
+	StageBooting, StageRunning, StageRebooting, StageUpgrading, StageResetting, StageShuttingDown}
+
+// Changes counts the resources a plan adds, changes and destroys.
+type Changes struct {
+	Add     int `json:"add"`
+	Change  int `json:"change"`
+	Destroy int `json:"destroy"`
+}
+
+// Result is how an operation ended, or that it started.
+type Result string
+
+// Results (also the event types of the bridge's Operation event entity).
+const (
+	ResultStarted   Result = "started"
+	ResultSucceeded Result = "succeeded"
+	ResultFailed    Result = "failed"
+	ResultCancelled Result = "cancelled"
+)
+
+// OperationResult is the outcome of a finished operation.
+type OperationResult struct {
+	Name    string    `json:"name"`
+	Result  Result    `json:"result"`
+	At      time.Time `json:"at"`
+	Message string    `json:"message"`
+}
+
+// OperationEvent reports an operation starting or ending.
+type OperationEvent struct {
+	Tenant   string        `json:"tenant"`
+	Name     string        `json:"operation"`
+	Result   Result        `json:"result"`
+	Message  string        `json:"message"`
+	Duration time.Duration `json:"-"`
+	At       time.Time     `json:"at"`
+}
+
+// Status is a tenant's state document (DESIGN.md §4, contract).
+type Status struct {
+	Phase             Phase            `json:"phase"`
+	NodesReady        int              `json:"nodes_ready"`
+	NodesTotal        int              `json:"nodes_total"`
+	Progress          int              `json:"progress"`
+	Pending           Changes          `json:"pending"`
+	Operation         *string          `json:"operation"`
+	LastOperation     *OperationResult `json:"last_operation"`
+	Problem           bool             `json:"problem"`
+	TalosVersion      string           `json:"talos_version"`
+	KubernetesVersion string           `json:"kubernetes_version"`
+}
+
+// NodeStatus is a node's state document (DESIGN.md §4, contract).
+type NodeStatus struct {
+	Stage        Stage  `json:"stage"`
+	Ready        bool   `json:"ready"`
+	Address      string `json:"address"`
+	Role         Role   `json:"role"`
+	Group        string `json:"group"`
+	TalosVersion string `json:"talos_version"`
+}
