@@ -1,0 +1,13 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+var errNotYet = errors.New("this command is not available in this build yet")
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error    { return errNotYet }
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error   { return errNotYet }
+func cmdRender(ctx context.Context, args []string, stdout, stderr io.Writer) error { return errNotYet }

@@ -1,0 +1,265 @@
+package config
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v4"
+)
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadFileDefaultsAndKeys(t *testing.T) {
+	p := writeFile(t, "c.toml", `
+data_dir = "/srv/rc"
+tenants_dir = "/srv/rc/tenants"
+[mqtt]
+url = "ssl://broker:8883"
+password = "hunter2-is-a-password"
+[tofu]
+parallel_applies = 3
+[credentials.openstack]
+auth_url = "https://keystone.invalid:5000/v3"
+`)
+	c, err := LoadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/srv/rc" || c.MQTT.URL != "ssl://broker:8883" || c.Tofu.ParallelApplies != 3 ||
+		c.MQTT.BaseTopic != "rezuscloud" || c.Credentials.OpenStack.UserDomainName != "Default" || c.LogLevel != "info" {
+		t.Fatalf("config = %+v", c)
+	}
+	if got := fmt.Sprintf("%v %+v %#v %s", c.MQTT.Password, c, c.MQTT, c.MQTT.Password); strings.Contains(got, "hunter2") {
+		t.Fatalf("secret printed: %s", got)
+	}
+	if b, _ := json.Marshal(c); strings.Contains(string(b), "hunter2") {
+		t.Fatalf("secret marshalled: %s", b)
+	}
+	if c.MQTT.Password.Reveal() != "hunter2-is-a-password" {
+		t.Fatal("Reveal")
+	}
+}
+
+func TestLoadFileErrors(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{"[mqtt]\nulr = \"x\"", ":2:1: mqtt.ulr: unknown key"},
+		{"log_level = \"loud\"", "log_level: \"loud\" is not one of"},
+		{"data_dir = \"rel\"", "data_dir: \"rel\" must be an absolute path"},
+		{"[mqtt]\nurl = \"http://x\"", "mqtt.url"},
+		{"[mqtt]\nbase_topic = \"a/b\"", "mqtt.base_topic"},
+		{"[tofu]\nparallel_applies = 0", "tofu.parallel_applies: 0 is out of range"},
+		{"[tofu]\nstate_passphrase = \"short\"", "shorter than 16"},
+		{"[homeassistant]\nurl = \"ws://ha:8123/api/websocket\"", "homeassistant.token: is required"},
+		{"[credentials.oci]\nprivate_key = \"nope\"", "not a PEM private key"},
+		{"[tofu]\nparallel_applies = \"two\"", ":2:20:"},
+	}
+	for _, tc := range tests {
+		_, err := LoadFile(writeFile(t, "c.toml", tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want %q", tc.body, err, tc.want)
+		}
+	}
+	if _, err := LoadFile(filepath.Join(t.TempDir(), "missing.toml")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+// supervisor answers GET /services/mqtt the way the Supervisor documents it.
+func supervisor(t *testing.T, status int, body string) Supervisor {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/services/mqtt" || r.Header.Get("Authorization") != "Bearer sup-token-123" {
+			http.Error(w, `{"result":"error","message":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(status)
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return Supervisor{URL: srv.URL, Token: "sup-token-123", Client: srv.Client()}
+}
+
+func TestSupervisorMQTT(t *testing.T) {
+	tests := []struct {
+		status     int
+		body, want string
+	}{
+		{200, `{"result":"ok","data":{"addon":"core_mosquitto","host":"core-mosquitto","port":"1883","ssl":false,"username":"addons","password":"pw-from-sup","protocol":"3.1.1"}}`, "tcp://core-mosquitto:1883"},
+		{200, `{"result":"ok","data":{"host":"core-mosquitto","port":8883,"ssl":true,"username":"u","password":"p"}}`, "ssl://core-mosquitto:8883"},
+		{400, `{"result":"error","message":"No service mqtt"}`, "error: supervisor: MQTT service: No service mqtt (HTTP 400)"},
+		{200, `{"result":"ok","data":{"host":"","port":"x"}}`, "error: supervisor: MQTT service: incomplete answer"},
+		{200, `not json`, "error: supervisor: MQTT service: HTTP 200, unreadable answer"},
+	}
+	for _, tc := range tests {
+		svc, err := supervisor(t, tc.status, tc.body).MQTT(context.Background())
+		got := svc.URL
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: got %q, want %q", tc.body, got, tc.want)
+		}
+	}
+	if _, err := (Supervisor{URL: "http://127.0.0.1:1"}).MQTT(context.Background()); err == nil || !strings.Contains(err.Error(), "SUPERVISOR_TOKEN") {
+		t.Errorf("no token: %v", err)
+	}
+}
+
+func TestLoadAddon(t *testing.T) {
+	sup := supervisor(t, 200, `{"result":"ok","data":{"host":"core-mosquitto","port":"1883","ssl":false,"username":"addons","password":"pw-from-sup"}}`)
+	opts := writeFile(t, "options.json", `{"log_level":"debug","tenants_dir":"/config/tenants","discovery_prefix":"homeassistant","base_topic":"rezuscloud","parallel_applies":2,"openstack_password":"os-secret-pw"}`)
+	c, err := LoadAddon(context.Background(), opts, sup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AddonMode || c.LogLevel != "debug" || c.MQTT.URL != "tcp://core-mosquitto:1883" || c.MQTT.Username != "addons" ||
+		c.MQTT.Password.Reveal() != "pw-from-sup" || c.HomeAssistant.URL != "ws://supervisor/core/websocket" ||
+		c.Credentials.OpenStack.Password.Reveal() != "os-secret-pw" || c.Credentials.OpenStack.UserDomainName != "Default" {
+		t.Fatalf("config = %+v", c)
+	}
+	if !slices.Contains(c.Secrets(), "os-secret-pw") || !slices.Contains(c.Secrets(), "pw-from-sup") {
+		t.Fatalf("Secrets() = %d values", len(c.Secrets()))
+	}
+	// an own broker skips the Supervisor
+	own := writeFile(t, "options.json", `{"log_level":"info","tenants_dir":"/config/tenants","mqtt_url":"tcp://127.0.0.1:1884"}`)
+	if c, err := LoadAddon(context.Background(), own, Supervisor{}); err != nil || c.MQTT.URL != "tcp://127.0.0.1:1884" {
+		t.Fatalf("own broker: %v %v", c.MQTT.URL, err)
+	}
+	bad := writeFile(t, "options.json", `{"log_levle":"info"}`)
+	if _, err := LoadAddon(context.Background(), bad, sup); err == nil || !strings.Contains(err.Error(), "log_levle") {
+		t.Fatalf("unknown option: %v", err)
+	}
+}
+
+func TestStatePassphrase(t *testing.T) {
+	dir := t.TempDir()
+	p1, created, err := StatePassphrase(dir, "")
+	if err != nil || !created || len(p1) < 16 {
+		t.Fatalf("first: %v %v %d", err, created, len(p1))
+	}
+	fi, err := os.Stat(filepath.Join(dir, PassphraseFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file mode: %v %v", fi, err)
+	}
+	p2, created, err := StatePassphrase(dir, "")
+	if err != nil || created || p2 != p1 {
+		t.Fatalf("second call must reuse the stored one: %v %v", err, created)
+	}
+	p3, _, _ := StatePassphrase(dir, "configured-passphrase-1234")
+	if p3 != "configured-passphrase-1234" {
+		t.Fatal("configured passphrase ignored")
+	}
+}
+
+// TestManifestAgrees keeps config.yaml's options and schema,
+// translations/en.yaml and the Options struct key for key in step.
+func TestManifestAgrees(t *testing.T) {
+	var manifest struct {
+		Options map[string]any    `yaml:"options"`
+		Schema  map[string]string `yaml:"schema"`
+		Slug    string            `yaml:"slug"`
+		Init    bool              `yaml:"init"`
+		Arch    []string          `yaml:"arch"`
+		Timeout int               `yaml:"timeout"`
+		Map     []struct {
+			Type     string `yaml:"type"`
+			ReadOnly bool   `yaml:"read_only"`
+		} `yaml:"map"`
+	}
+	readYAML(t, "../../config.yaml", &manifest)
+	var tr struct {
+		Configuration map[string]struct{ Name, Description string } `yaml:"configuration"`
+	}
+	readYAML(t, "../../translations/en.yaml", &tr)
+
+	var fields []string
+	ty := reflect.TypeOf(Options{})
+	for i := 0; i < ty.NumField(); i++ {
+		fields = append(fields, strings.Split(ty.Field(i).Tag.Get("json"), ",")[0])
+	}
+	slices.Sort(fields)
+	if got := sortedKeys(manifest.Schema); !slices.Equal(got, fields) {
+		t.Errorf("schema keys %v\n  != Options %v", got, fields)
+	}
+	if got := sortedKeys(tr.Configuration); !slices.Equal(got, fields) {
+		t.Errorf("translation keys %v\n  != Options %v", got, fields)
+	}
+	for k, v := range tr.Configuration {
+		if v.Name == "" || v.Description == "" {
+			t.Errorf("translation %s lacks name or description", k)
+		}
+	}
+	for k := range manifest.Options {
+		s, ok := manifest.Schema[k]
+		if !ok {
+			t.Errorf("option %s has no schema", k)
+		}
+		if strings.HasSuffix(s, "?") {
+			t.Errorf("option %s has a default but its schema %q is optional", k, s)
+		}
+	}
+	for k, s := range manifest.Schema {
+		_, hasDefault := manifest.Options[k]
+		if !hasDefault && !strings.HasSuffix(s, "?") {
+			t.Errorf("schema %s is mandatory but has no default", k)
+		}
+		secret := reflect.TypeOf(Secret(""))
+		if f, _ := ty.FieldByNameFunc(func(n string) bool { fl, _ := ty.FieldByName(n); return strings.Split(fl.Tag.Get("json"), ",")[0] == k }); f.Type == secret && !strings.HasPrefix(s, "password") {
+			t.Errorf("secret option %s must use the password type, not %q", k, s)
+		}
+	}
+	// the options the manifest sets by default decode into Options
+	b, _ := json.Marshal(manifest.Options)
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var o Options
+	if err := dec.Decode(&o); err != nil {
+		t.Errorf("default options do not decode: %v", err)
+	}
+	if manifest.Slug != "rezuscloud" || manifest.Init || !slices.Equal(manifest.Arch, []string{"aarch64", "amd64"}) || manifest.Timeout < 120 {
+		t.Errorf("manifest basics: %+v", manifest)
+	}
+	maps := map[string]bool{}
+	for _, m := range manifest.Map {
+		maps[m.Type] = !m.ReadOnly
+	}
+	if !maps["addon_config"] || !maps["share"] {
+		t.Errorf("addon_config and share must be mapped read-write: %+v", manifest.Map)
+	}
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,264 @@
+package tenant
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Store is the directory of tenant files: one <name>.toml per tenant.
+// Changes made from Home Assistant are written back into the user's file
+// in place (only the changed value), atomically.
+type Store struct {
+	Dir string
+
+	mu sync.Mutex // serialises writes
+}
+
+// Snapshot is the valid tenants of the store and the problems of the rest.
+// A file with problems is left out, and so is every tenant it would make
+// conflict (the last file, in name order, that reuses a machine address).
+type Snapshot struct {
+	Tenants  []*Tenant
+	Problems Problems
+	// Invalid names the tenants whose files exist but do not validate; they
+	// must not be treated as removed.
+	Invalid []string
+	// Sum identifies the contents of every file, to notice changes.
+	Sum [32]byte
+}
+
+// Load reads every tenant file of the store.
+func (s *Store) Load() (*Snapshot, error) {
+	paths, err := filepath.Glob(filepath.Join(s.Dir, "*.toml"))
+	if err != nil {
+		return nil, fmt.Errorf("tenants dir %s: %w", s.Dir, err)
+	}
+	if _, err := os.Stat(s.Dir); err != nil {
+		return nil, fmt.Errorf("tenants dir: %w", err)
+	}
+	slices.Sort(paths)
+	snap := &Snapshot{}
+	h := sha256.New()
+	for _, p := range paths {
+		data, rerr := os.ReadFile(p)
+		h.Write([]byte(p))
+		h.Write(data)
+		var t *Tenant
+		if rerr == nil {
+			if len(data) > MaxFileSize {
+				rerr = fmt.Errorf("file is larger than %d bytes", MaxFileSize)
+			} else {
+				t, rerr = Parse(p, data)
+			}
+		}
+		if rerr != nil {
+			if ps, ok := AsProblems(rerr); ok {
+				snap.Problems = append(snap.Problems, ps...)
+			} else {
+				snap.Problems = append(snap.Problems, Problem{File: p, Msg: rerr.Error()})
+			}
+			snap.Invalid = append(snap.Invalid, NameFromPath(p))
+			continue
+		}
+		snap.Tenants = append(snap.Tenants, t)
+	}
+	copy(snap.Sum[:], h.Sum(nil))
+	if cross := CheckAcrossTenants(snap.Tenants); len(cross) > 0 {
+		snap.Problems = append(snap.Problems, cross...)
+		bad := map[string]bool{}
+		for _, p := range cross {
+			bad[NameFromPath(p.File)] = true
+		}
+		snap.Tenants = slices.DeleteFunc(snap.Tenants, func(t *Tenant) bool {
+			if bad[t.Name] {
+				snap.Invalid = append(snap.Invalid, t.Name)
+				return true
+			}
+			return false
+		})
+	}
+	return snap, nil
+}
+
+// Watch calls fn with a new snapshot whenever the files change (checked
+// every interval), starting with the current one. It returns when ctx ends.
+// A directory that cannot be read is reported once per change of its error.
+func (s *Store) Watch(ctx context.Context, interval time.Duration, fn func(*Snapshot, error)) {
+	var last [32]byte
+	var lastErr string
+	first := true
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		snap, err := s.Load()
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				lastErr = err.Error()
+				fn(nil, err)
+			}
+		case first || snap.Sum != last:
+			last, lastErr, first = snap.Sum, "", false
+			fn(snap, nil)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Path is the file of the named tenant.
+func (s *Store) Path(name string) string { return filepath.Join(s.Dir, name+".toml") }
+
+// SetCount writes a group's node count into the tenant's file. The new file
+// must validate, or nothing is written.
+func (s *Store) SetCount(name, group string, count int) (*Tenant, error) {
+	return s.edit(name, func(t *Tenant) (string, string, error) {
+		for i, g := range t.NodeGroups {
+			if g.Name == group {
+				return fmt.Sprintf("node_groups[%d].count", i), strconv.Itoa(count), nil
+			}
+		}
+		return "", "", fmt.Errorf("tenant %s has no group %q", name, group)
+	})
+}
+
+// SetAutoApply writes auto_apply into the tenant's file.
+func (s *Store) SetAutoApply(name string, on bool) (*Tenant, error) {
+	return s.edit(name, func(*Tenant) (string, string, error) {
+		return "auto_apply", strconv.FormatBool(on), nil
+	})
+}
+
+// edit replaces the value of one top-level or group key in a tenant file,
+// keeping everything else (comments, layout) as the user wrote it. A key the
+// file does not set yet is added: top-level keys at the top, group keys
+// right after the group's header.
+func (s *Store) edit(name string, change func(*Tenant) (field, value string, err error)) (*Tenant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := s.Path(name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	t, err := Parse(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: the file has problems, fix them first:\n%w", name, err)
+	}
+	field, value, err := change(t)
+	if err != nil {
+		return nil, err
+	}
+	out, err := setValue(data, field, value)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: %s: %w", name, field, err)
+	}
+	nt, err := Parse(path, out)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %s: %s = %s is not allowed:\n%w", name, field, value, err)
+	}
+	if err := WriteFileAtomic(path, out, 0o644); err != nil {
+		return nil, fmt.Errorf("tenant %s: %w", name, err)
+	}
+	return nt, nil
+}
+
+// setValue puts value (TOML literal) at field in a TOML document.
+func setValue(data []byte, field, value string) ([]byte, error) {
+	pos := positions(data)
+	if p, ok := pos[field]; ok {
+		// the key starts at p; the value follows "key =" on the same line
+		lineStart := p.Offset - (p.Column - 1)
+		lineEnd := bytes.IndexByte(data[lineStart:], '\n')
+		if lineEnd < 0 {
+			lineEnd = len(data) - lineStart
+		}
+		line := string(data[lineStart : lineStart+lineEnd])
+		eq := strings.IndexByte(line[p.Column-1:], '=')
+		if eq < 0 {
+			return nil, fmt.Errorf("cannot find its value")
+		}
+		vstart := p.Column - 1 + eq + 1
+		for vstart < len(line) && (line[vstart] == ' ' || line[vstart] == '\t') {
+			vstart++
+		}
+		vend := vstart
+		for vend < len(line) && line[vend] != ' ' && line[vend] != '\t' && line[vend] != '#' && line[vend] != '\r' {
+			vend++
+		}
+		var b bytes.Buffer
+		b.Write(data[:lineStart+vstart])
+		b.WriteString(value)
+		b.Write(data[lineStart+vend:])
+		return b.Bytes(), nil
+	}
+	key := field[strings.LastIndexByte(field, '.')+1:]
+	parent := strings.TrimSuffix(field, key)
+	parent = strings.TrimSuffix(parent, ".")
+	if parent == "" {
+		return append([]byte(key+" = "+value+"\n"), data...), nil
+	}
+	p, ok := pos[parent]
+	if !ok {
+		return nil, fmt.Errorf("cannot find %s in the file", parent)
+	}
+	lineStart := p.Offset - (p.Column - 1)
+	nl := bytes.IndexByte(data[lineStart:], '\n')
+	if nl < 0 {
+		return append(append(slices.Clone(data), '\n'), []byte(key+" = "+value+"\n")...), nil
+	}
+	at := lineStart + nl + 1
+	var b bytes.Buffer
+	b.Write(data[:at])
+	b.WriteString(key + " = " + value + "\n")
+	b.Write(data[at:])
+	return b.Bytes(), nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same
+// directory, synced and renamed over path, so a crash leaves either the old
+// or the new file, never half of one.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op after the rename
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
