@@ -10,13 +10,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=$root/.tools
 os=$(go env GOOS) arch=$(go env GOARCH)
-mkdir -p "$out/bin"
+mkdir -p "$out/bin" "$out/stamps"
 
 # build NAME DIR PKG OUTFILE [ldflags]: go build PKG in the wrapper DIR unless
 # OUTFILE is newer than DIR's go.mod and go.sum.
 build() {
   local name=$1 dir=$2 pkg=$3 file=$4 ldflags=${5:-"-s -w"}
-  local stamp="$file.stamp" sum
+  local stamp="$out/stamps/$name" sum
   sum=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -d' ' -f1)
   if [ -x "$file" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ]; then
     echo "tools: $name is current"
@@ -43,4 +43,4 @@ provider_installation {
 }
 RC
 mv "$out/tofurc.tmp" "$out/tofurc"
-"$out/bin/tofu" version | head -n 1
+TF_CLI_CONFIG_FILE="$out/tofurc" "$out/bin/tofu" version | head -n 1

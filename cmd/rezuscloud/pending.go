@@ -8,6 +8,4 @@ import (
 
 var errNotYet = errors.New("this command is not available in this build yet")
 
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error    { return errNotYet }
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error   { return errNotYet }
 func cmdRender(ctx context.Context, args []string, stdout, stderr io.Writer) error { return errNotYet }

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/config"
+	"github.com/rezuscloud/rezuscloud/internal/engine"
+	"github.com/rezuscloud/rezuscloud/internal/hass"
+	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
+	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/tofu"
+
+	_ "github.com/rezuscloud/rezuscloud/internal/provider/metal"
+	_ "github.com/rezuscloud/rezuscloud/internal/provider/oci"
+	_ "github.com/rezuscloud/rezuscloud/internal/provider/openstack"
+)
+
+// cmdRun is the long-running add-on.
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", stderr)
+	cfgPath := fs.String("config", "", "TOML configuration `file` (default: add-on mode, /data/options.json)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var cfg config.Config
+	var err error
+	if *cfgPath != "" {
+		cfg, err = config.LoadFile(*cfgPath)
+	} else {
+		cfg, err = config.LoadAddon(ctx, config.OptionsPath, config.Supervisor{
+			URL: config.SupervisorURL, Token: config.Secret(os.Getenv("SUPERVISOR_TOKEN")),
+		})
+		if err == nil {
+			if p := os.Getenv("REZUSCLOUD_TOFU_CLI_CONFIG"); p != "" && cfg.Tofu.CLIConfig == "" {
+				cfg.Tofu.CLIConfig = p
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, stderr, serveHooks{})
+}
+
+// serveHooks let the demo add to a serve.
+type serveHooks struct {
+	// started runs once the bridge and engine are up.
+	started func(e *engine.Engine)
+	// pollInterval overrides the node poll interval.
+	pollInterval time.Duration
+	// talosPort overrides the Talos API port.
+	talosPort int
+	// printEvents, when set, gets one line per operation event.
+	printEvents io.Writer
+}
+
+// serve runs rezuscloud with a configuration until ctx ends, then shuts
+// down gracefully: running tofu commands get SIGINT and save their state,
+// the bridge says offline.
+func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHooks) error {
+	log, err := logging.New(cfg.LogLevel, logw)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	log.Redactor.Add(cfg.Secrets()...)
+
+	for _, d := range []string{cfg.DataDir, cfg.TenantsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	pass, created, err := config.StatePassphrase(cfg.DataDir, cfg.Tofu.StatePassphrase)
+	if err != nil {
+		return err
+	}
+	log.Redactor.Add(pass.Reveal())
+	if created {
+		log.Warn("generated a state passphrase: back it up, without it no OpenTofu state can be read",
+			zap.String("file", filepath.Join(cfg.DataDir, config.PassphraseFile)))
+	}
+
+	runner, err := tofu.New(tofu.Config{
+		Binary:        cfg.Tofu.Binary,
+		DataDir:       filepath.Join(cfg.DataDir, "tofu"),
+		CLIConfigFile: cfg.Tofu.CLIConfig,
+		Passphrase:    pass.Reveal(),
+		Logger:        log.Named("tofu"),
+	})
+	if err != nil {
+		return err
+	}
+	defer runner.Close(context.Background())
+
+	pubs := fanout{print: hooks.printEvents}
+	store := &tenant.Store{Dir: cfg.TenantsDir}
+	shareDir := ""
+	if cfg.AddonMode {
+		if fi, err := os.Stat("/share"); err == nil && fi.IsDir() {
+			shareDir = "/share/rezuscloud"
+		}
+	}
+	eng, err := engine.New(engine.Options{
+		DataDir:         cfg.DataDir,
+		Store:           store,
+		Runner:          runner,
+		Publisher:       &pubs,
+		CloudEnv:        cloudEnv(cfg.Credentials),
+		ParallelApplies: cfg.Tofu.ParallelApplies,
+		TalosPort:       hooks.talosPort,
+		PollInterval:    hooks.pollInterval,
+		ShareDir:        shareDir,
+		SetLogLevel:     log.SetLevel,
+		Log:             log.Named("engine"),
+	})
+	if err != nil {
+		return err
+	}
+	bridge := hass.New(hass.Options{
+		URL:             cfg.MQTT.URL,
+		Username:        cfg.MQTT.Username,
+		Password:        cfg.MQTT.Password.Reveal(),
+		DiscoveryPrefix: cfg.MQTT.DiscoveryPrefix,
+		BaseTopic:       cfg.MQTT.BaseTopic,
+		Version:         version,
+		LogLevel:        cfg.LogLevel,
+	}, eng, log.Named("mqtt"))
+	pubs.bridge = bridge
+	if err := bridge.Start(ctx); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	defer bridge.Close()
+	log.Info("connected to MQTT", zap.String("broker", cfg.MQTT.URL), zap.String("base_topic", cfg.MQTT.BaseTopic))
+
+	// the optional link to Home Assistant's WebSocket API
+	var wsDone chan struct{}
+	wsOpts, err := wsapi.ResolveOptions(cfg.HomeAssistant.URL, cfg.HomeAssistant.Token.Reveal(), "")
+	if err != nil {
+		return err
+	}
+	if wsOpts.Enabled() {
+		client := wsapi.New(wsOpts, log.Named("websocket"))
+		link := wsapi.NewLink(client, func(ctx context.Context, data json.RawMessage) any {
+			return bridge.HandleEvent(ctx, data)
+		}, log.Named("websocket"))
+		pubs.link = link
+		wsDone = make(chan struct{})
+		go func() {
+			defer close(wsDone)
+			if err := client.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("Home Assistant WebSocket API", zap.Error(err))
+			}
+			link.Close()
+		}()
+	} else {
+		log.Info("no Home Assistant WebSocket API configured: automations use the MQTT request API")
+	}
+
+	runErr := make(chan error, 1)
+	go func() { runErr <- eng.Run(ctx, 2*time.Second) }()
+	if hooks.started != nil {
+		select {
+		case <-eng.Ready():
+			hooks.started(eng)
+		case <-ctx.Done():
+		}
+	}
+	err = <-runErr
+	log.Info("stopped")
+	if wsDone != nil {
+		<-wsDone
+	}
+	return err
+}
+
+// fanout hands the engine's state to the bridge and the WebSocket link.
+type fanout struct {
+	bridge *hass.Bridge
+	link   *wsapi.Link
+	print  io.Writer
+}
+
+func (f *fanout) SetTenants(ts []*tenant.Tenant) { f.bridge.SetTenants(ts) }
+func (f *fanout) SetTenantStatus(name string, st tenant.Status) {
+	f.bridge.SetTenantStatus(name, st)
+}
+func (f *fanout) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
+	f.bridge.SetNodeStatus(tn, node, st)
+}
+func (f *fanout) SetBridgeStatus(n int) { f.bridge.SetBridgeStatus(n) }
+func (f *fanout) PublishOperation(ev tenant.OperationEvent) {
+	f.bridge.PublishOperation(ev)
+	if f.link != nil {
+		f.link.Operation(ev)
+	}
+	if f.print != nil {
+		line := fmt.Sprintf("%s %s: %s", ev.Tenant, ev.Name, ev.Result)
+		if ev.Message != "" {
+			line += ": " + ev.Message
+		}
+		fmt.Fprintln(f.print, line)
+	}
+}
+
+// cloudEnv gives tofu the credentials of each platform in its environment.
+func cloudEnv(c config.Credentials) func(tenant.Provider) map[string]string {
+	return func(p tenant.Provider) map[string]string {
+		env := map[string]string{}
+		set := func(k, v string) {
+			if v != "" {
+				env[k] = v
+			}
+		}
+		switch p {
+		case tenant.ProviderOCI:
+			o := c.OCI
+			set("TF_VAR_tenancy_ocid", o.TenancyOCID)
+			set("OCI_TENANCY_OCID", o.TenancyOCID)
+			set("OCI_USER_OCID", o.UserOCID)
+			set("OCI_FINGERPRINT", o.Fingerprint)
+			set("OCI_PRIVATE_KEY", o.PrivateKey.Reveal())
+			set("OCI_REGION", o.Region)
+		case tenant.ProviderOpenStack:
+			o := c.OpenStack
+			set("OS_AUTH_URL", o.AuthURL)
+			set("OS_USERNAME", o.Username)
+			set("OS_PASSWORD", o.Password.Reveal())
+			set("OS_PROJECT_NAME", o.ProjectName)
+			set("OS_USER_DOMAIN_NAME", o.UserDomainName)
+			set("OS_PROJECT_DOMAIN_NAME", o.ProjectDomainName)
+			set("OS_REGION_NAME", o.Region)
+		}
+		return env
+	}
+}

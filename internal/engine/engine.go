@@ -1,0 +1,507 @@
+// Package engine runs operations on tenants: one queue per tenant (serial
+// inside a tenant, parallel across tenants up to a limit), the apply, plan,
+// scale, destroy, bootstrap and reboot flows that join tofu and Talos, and
+// the status model that Home Assistant shows.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/tofu"
+)
+
+// Publisher shows tenants and their state (the MQTT bridge implements it).
+// Calls must not block for long.
+type Publisher interface {
+	SetTenants([]*tenant.Tenant)
+	SetTenantStatus(name string, st tenant.Status)
+	SetNodeStatus(tenantName, node string, st tenant.NodeStatus)
+	SetBridgeStatus(operations int)
+	PublishOperation(ev tenant.OperationEvent)
+}
+
+// Options configure an Engine.
+type Options struct {
+	// DataDir holds each tenant's secrets, record, kubeconfig and talosconfig.
+	DataDir string
+	// Store is the tenant files.
+	Store *tenant.Store
+	// Runner runs tofu.
+	Runner *tofu.Runner
+	// Publisher receives every change of state.
+	Publisher Publisher
+	// CloudEnv gives the environment (credentials) tofu needs for a platform.
+	CloudEnv func(tenant.Provider) map[string]string
+	// ParallelApplies bounds the operations that run at once across tenants
+	// (default 2).
+	ParallelApplies int
+	// TalosPort is the Talos API port of every node (default 50000).
+	TalosPort int
+	// NodeTimeout bounds the wait for nodes to come up (default 20 min).
+	NodeTimeout time.Duration
+	// PollInterval is how often running nodes are polled (default 10 s).
+	PollInterval time.Duration
+	// ShareDir, when set, also receives each tenant's kubeconfig and
+	// talosconfig under <ShareDir>/<tenant>/ (0600).
+	ShareDir string
+	// SetLogLevel changes the log level (the bridge's select).
+	SetLogLevel func(level string) error
+	// Log is the logger (nil: none).
+	Log *zap.Logger
+}
+
+// Engine runs tenants. Its exported methods are the commands of Home
+// Assistant's buttons, numbers and request API: they check their input,
+// queue the operation and return; results arrive as operation events.
+type Engine struct {
+	opts   Options
+	log    *zap.Logger
+	sem    chan struct{}
+	poller *talos.Poller
+
+	ctx    context.Context // the engine's lifetime (Run)
+	ready  chan struct{}   // closed once the tenant files were read
+	once   sync.Once
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	ts     map[string]*tstate
+	closed bool
+}
+
+// Errors a caller may want to tell apart.
+var (
+	ErrUnknownTenant = errors.New("unknown tenant")
+	ErrBusy          = errors.New("too many operations queued")
+	ErrClosed        = errors.New("engine is shutting down")
+)
+
+// New returns an engine; start it with Run.
+func New(opts Options) (*Engine, error) {
+	if opts.DataDir == "" || opts.Store == nil || opts.Runner == nil || opts.Publisher == nil {
+		return nil, fmt.Errorf("engine: DataDir, Store, Runner and Publisher are required")
+	}
+	if opts.ParallelApplies <= 0 {
+		opts.ParallelApplies = 2
+	}
+	if opts.TalosPort == 0 {
+		opts.TalosPort = 50000
+	}
+	if opts.NodeTimeout <= 0 {
+		opts.NodeTimeout = 20 * time.Minute
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 10 * time.Second
+	}
+	if opts.CloudEnv == nil {
+		opts.CloudEnv = func(tenant.Provider) map[string]string { return nil }
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tstate{},
+		ready: make(chan struct{})}
+	e.poller = talos.NewPoller(talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState})
+	return e, nil
+}
+
+// Run loads the tenants, restores what the engine remembers of them, and
+// keeps following the tenant files until ctx ends. Then it cancels running
+// operations gracefully (tofu gets SIGINT and saves its state) and waits
+// for them before it returns.
+func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	e.mu.Unlock()
+	e.restore()
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	pollDone := make(chan struct{})
+	go func() { e.poller.Run(pollCtx); close(pollDone) }()
+
+	e.opts.Store.Watch(ctx, watchInterval, func(s *tenant.Snapshot, err error) {
+		if err != nil {
+			e.log.Error("reading tenant files", zap.Error(err))
+		} else {
+			e.apply(s)
+		}
+		e.once.Do(func() { close(e.ready) })
+	})
+
+	e.mu.Lock()
+	e.closed = true
+	for _, t := range e.ts {
+		close(t.queue)
+	}
+	e.mu.Unlock()
+	e.wg.Wait() // workers end after their running operation was cancelled
+	stopPoll()
+	<-pollDone
+	return nil
+}
+
+// Ready is closed once Run has read the tenant files the first time.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
+
+// Reload reads the tenant files again now.
+func (e *Engine) Reload(ctx context.Context) (any, error) {
+	s, err := e.opts.Store.Load()
+	if err != nil {
+		return nil, err
+	}
+	e.apply(s)
+	if len(s.Problems) > 0 {
+		return nil, fmt.Errorf("some tenant files have problems:\n%w", s.Problems)
+	}
+	return done, nil
+}
+
+// restore brings back tenants that have a record but maybe no file.
+func (e *Engine) restore() {
+	for _, name := range e.knownTenants() {
+		rec, err := e.loadRecord(name)
+		if err != nil {
+			e.log.Error("restoring tenant", zap.String("tenant", name), zap.Error(err))
+			continue
+		}
+		if !rec.Infra {
+			continue
+		}
+		e.mu.Lock()
+		ts := e.ensureLocked(name, rec)
+		e.mu.Unlock()
+		if ts.spec == nil && len(rec.Spec) > 0 {
+			if t, err := tenant.Parse(e.opts.Store.Path(name), rec.Spec); err == nil {
+				ts.mu.Lock()
+				ts.applied = t
+				ts.mu.Unlock()
+			}
+		}
+	}
+}
+
+// apply takes a new snapshot of the tenant files.
+func (e *Engine) apply(s *tenant.Snapshot) {
+	for _, p := range s.Problems {
+		e.log.Warn("tenant file problem (the tenant is left as it was)", zap.String("problem", p.Error()))
+	}
+	present := map[string]*tenant.Tenant{}
+	for _, t := range s.Tenants {
+		present[t.Name] = t
+	}
+	invalid := map[string]bool{}
+	for _, n := range s.Invalid {
+		invalid[n] = true
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	var changed []*tstate
+	for name, t := range present {
+		ts, ok := e.ts[name]
+		if !ok {
+			rec, err := e.loadRecord(name)
+			if err != nil {
+				e.log.Error("tenant record", zap.String("tenant", name), zap.Error(err))
+			}
+			ts = e.ensureLocked(name, rec)
+		}
+		if ts.setSpec(t) {
+			changed = append(changed, ts)
+		}
+	}
+	for name, ts := range e.ts {
+		if _, ok := present[name]; ok || invalid[name] {
+			continue // an invalid file keeps the tenant as it was
+		}
+		if ts.removeSpec() {
+			delete(e.ts, name)
+			close(ts.queue)
+		}
+	}
+	e.mu.Unlock()
+	e.publishTenants()
+	for _, ts := range changed {
+		ts.mu.Lock()
+		infra, auto := ts.rec.Infra, ts.spec.AutoApply
+		ts.mu.Unlock()
+		if !infra {
+			continue // nothing provisioned: wait for Apply
+		}
+		name := "plan"
+		if auto {
+			name = "apply"
+		}
+		if err := e.enqueue(ts.name, name, nil); err != nil {
+			e.log.Warn("queueing after a tenant file change", zap.String("tenant", ts.name), zap.Error(err))
+		}
+	}
+}
+
+// ensureLocked returns the tenant's state, creating it and its worker.
+func (e *Engine) ensureLocked(name string, rec record) *tstate {
+	if ts, ok := e.ts[name]; ok {
+		return ts
+	}
+	ts := newTState(e, name, rec)
+	e.ts[name] = ts
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ts.work()
+	}()
+	return ts
+}
+
+// publishTenants tells the publisher which tenants and nodes exist, with
+// their current state.
+func (e *Engine) publishTenants() {
+	e.mu.Lock()
+	states := make([]*tstate, 0, len(e.ts))
+	for _, ts := range e.ts {
+		states = append(states, ts)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(states, func(a, b *tstate) int { return compare(a.name, b.name) })
+	var list []*tenant.Tenant
+	for _, ts := range states {
+		if t := ts.shown(); t != nil {
+			list = append(list, t)
+		}
+	}
+	e.opts.Publisher.SetTenants(list)
+	for _, ts := range states {
+		ts.publish()
+	}
+	e.publishBridge()
+	e.updatePollTargets()
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (e *Engine) publishBridge() {
+	e.mu.Lock()
+	n := 0
+	for _, ts := range e.ts {
+		if ts.running() != "" {
+			n++
+		}
+	}
+	e.mu.Unlock()
+	e.opts.Publisher.SetBridgeStatus(n)
+}
+
+func (e *Engine) get(name string) (*tstate, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	ts, ok := e.ts[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTenant, name)
+	}
+	return ts, nil
+}
+
+// enqueue checks the tenant and queues an operation.
+func (e *Engine) enqueue(name, op string, args *opArgs) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	ts, ok := e.ts[name]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownTenant, name)
+	}
+	o := &operation{name: op}
+	if args != nil {
+		o.args = *args
+	}
+	select {
+	case ts.queue <- o:
+		return nil
+	default:
+		return fmt.Errorf("tenant %s: %w", name, ErrBusy)
+	}
+}
+
+// done is the answer of a command that finished at once.
+var done = map[string]any{"done": true}
+
+// queued turns enqueue's result into a command's answer.
+func (e *Engine) queued(err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"queued": true}, nil
+}
+
+// Apply provisions the tenant as its file declares it: the pending plan if
+// one was made for exactly this spec, else a new plan applied at once.
+func (e *Engine) Apply(ctx context.Context, name string) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if ts.orphaned() {
+		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to apply, or destroy the tenant", name)
+	}
+	return e.queued(e.enqueue(name, "apply", nil))
+}
+
+// Plan plans the tenant and shows the pending changes.
+func (e *Engine) Plan(ctx context.Context, name string) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if ts.orphaned() {
+		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to plan", name)
+	}
+	return e.queued(e.enqueue(name, "plan", nil))
+}
+
+// Cancel stops the tenant's running operation (tofu gets SIGINT and saves
+// its state) and drops the queued ones.
+func (e *Engine) Cancel(ctx context.Context, name string) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if !ts.cancel() {
+		return nil, fmt.Errorf("tenant %s: no operation is running", name)
+	}
+	return done, nil
+}
+
+// Destroy tears the tenant's infrastructure down. confirm must be the
+// tenant's name.
+func (e *Engine) Destroy(ctx context.Context, name, confirm string) (any, error) {
+	if _, err := e.get(name); err != nil {
+		return nil, err
+	}
+	if confirm != name {
+		return nil, fmt.Errorf("tenant %s: destroy needs confirm = %q", name, name)
+	}
+	return e.queued(e.enqueue(name, "destroy", nil))
+}
+
+// Scale writes a group's node count into the tenant file (atomically) and
+// plans, or applies when the tenant has auto_apply.
+func (e *Engine) Scale(ctx context.Context, name, group string, count int) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if ts.orphaned() {
+		return nil, fmt.Errorf("tenant %s: its file was removed", name)
+	}
+	t, err := e.opts.Store.SetCount(name, group, count)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	ts.setSpec(t)
+	e.mu.Unlock()
+	e.publishTenants()
+	op := "plan"
+	if t.AutoApply {
+		op = "apply"
+	}
+	ts.mu.Lock()
+	infra := ts.rec.Infra
+	ts.mu.Unlock()
+	if !infra && !t.AutoApply {
+		return done, nil // nothing provisioned yet: the new count is used by the next Apply
+	}
+	return e.queued(e.enqueue(name, op, nil))
+}
+
+// SetAutoApply writes auto_apply into the tenant file.
+func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.opts.Store.SetAutoApply(name, on)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	ts.setSpec(t)
+	e.mu.Unlock()
+	e.publishTenants()
+	return done, nil
+}
+
+// Bootstrap bootstraps etcd on the first control plane (a no-op when it
+// was done).
+func (e *Engine) Bootstrap(ctx context.Context, name string) (any, error) {
+	if _, err := e.get(name); err != nil {
+		return nil, err
+	}
+	return e.queued(e.enqueue(name, "bootstrap", nil))
+}
+
+// Reboot reboots one node.
+func (e *Engine) Reboot(ctx context.Context, name, node string) (any, error) {
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ts.nodeAddress(node); !ok {
+		return nil, fmt.Errorf("tenant %s: node %q is not provisioned", name, node)
+	}
+	return e.queued(e.enqueue(name, "reboot", &opArgs{node: node}))
+}
+
+// SetLogLevel changes the log level.
+func (e *Engine) SetLogLevel(level string) error {
+	if e.opts.SetLogLevel == nil {
+		return fmt.Errorf("the log level cannot be changed")
+	}
+	return e.opts.SetLogLevel(level)
+}
+
+// Running counts the operations running now.
+func (e *Engine) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ts := range e.ts {
+		if ts.running() != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TenantStatus returns a tenant's current status (for tests and the CLI).
+func (e *Engine) TenantStatus(name string) (tenant.Status, bool) {
+	ts, err := e.get(name)
+	if err != nil {
+		return tenant.Status{}, false
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.status, true
+}

@@ -1,0 +1,628 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/provider"
+	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/tofu"
+)
+
+// pendingPlan is a plan waiting for Apply, good only for the document it
+// was made from.
+type pendingPlan struct {
+	plan    *tofu.Plan
+	docHash [32]byte
+}
+
+// progress shares: tofu takes the first half of an apply, Talos the rest.
+const tofuShare = 50
+
+func (e *Engine) talosconfigPath(name string) string {
+	return filepath.Join(e.tenantDir(name), "talosconfig")
+}
+
+func (e *Engine) kubeconfigPath(name string) string {
+	return filepath.Join(e.tenantDir(name), "kubeconfig")
+}
+
+// dispatch runs an operation's flow and returns a message for the user.
+func (ts *tstate) dispatch(ctx context.Context, op *operation) (string, error) {
+	switch op.name {
+	case "plan":
+		return ts.planOrApply(ctx, false)
+	case "apply":
+		return ts.planOrApply(ctx, true)
+	case "destroy":
+		return ts.destroy(ctx)
+	case "bootstrap":
+		return ts.bootstrap(ctx)
+	case "reboot":
+		return ts.reboot(ctx, op.args.node)
+	}
+	return "", fmt.Errorf("unknown operation %q", op.name)
+}
+
+// snapshot returns the spec to work on and the record, under the lock.
+func (ts *tstate) snapshot() (*tenant.Tenant, record) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.spec
+	if t == nil {
+		t = ts.applied
+	}
+	return t, ts.rec
+}
+
+func (ts *tstate) setPhase(p tenant.Phase) {
+	ts.setStatus(func(s *tenant.Status) { s.Phase = p })
+}
+
+func (ts *tstate) setProgress(pct int) {
+	ts.setStatus(func(s *tenant.Status) { s.Progress = min(max(pct, 0), 100) })
+}
+
+// saveRec changes the record and writes it.
+func (ts *tstate) saveRec(f func(*record)) error {
+	ts.mu.Lock()
+	f(&ts.rec)
+	rec := ts.rec
+	ts.mu.Unlock()
+	return ts.e.saveRecord(ts.name, rec)
+}
+
+// prepared is what a plan needs and an apply reuses.
+type prepared struct {
+	t       *tenant.Tenant
+	bundle  *secrets.Bundle
+	configs *talos.Configs
+	ws      *tofu.Workspace
+	doc     []byte
+}
+
+// prepare loads the secrets, generates the machine configs, renders the
+// document and writes it into the tenant's work dir.
+func (ts *tstate) prepare(ctx context.Context) (*prepared, error) {
+	e := ts.e
+	t, rec := ts.snapshot()
+	if t == nil {
+		return nil, fmt.Errorf("tenant %s has no file", ts.name)
+	}
+	bundle, err := talos.LoadOrCreateSecrets(e.tenantDir(ts.name), t.Name, t.TalosVersion, rec.Infra)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := e.opts.Runner.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
+	if err != nil {
+		return nil, err
+	}
+	r, err := provider.For(t.Provider)
+	if err != nil {
+		return nil, err
+	}
+	endpoint := rec.Endpoint
+	if endpoint == "" {
+		endpoint = talos.Endpoint(t)
+	}
+	if endpoint == "" && provider.NeedsNetworkStage(t) {
+		if endpoint, err = ts.networkStage(ctx, r, ws, t); err != nil {
+			return nil, err
+		}
+	}
+	configs, err := talos.GenerateConfigs(t, bundle, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := r.Render(provider.Input{Tenant: t, MachineConfigs: configs.Nodes, Stage: provider.StageFull})
+	if err != nil {
+		return nil, err
+	}
+	if err := ws.WriteConfig(doc); err != nil {
+		return nil, err
+	}
+	if err := ts.saveRec(func(r *record) { r.Endpoint = configs.Endpoint }); err != nil {
+		return nil, err
+	}
+	return &prepared{t: t, bundle: bundle, configs: configs, ws: ws, doc: doc}, nil
+}
+
+// networkStage creates a cloud tenant's network part first, so that its
+// endpoint exists before the machine configs that name it.
+func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws *tofu.Workspace, t *tenant.Tenant) (string, error) {
+	doc, err := r.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork})
+	if err != nil {
+		return "", err
+	}
+	if err := ws.WriteConfig(doc); err != nil {
+		return "", err
+	}
+	plan, err := ws.Plan(ctx, tofu.RunOptions{})
+	if err != nil {
+		return "", err
+	}
+	if err := ts.saveRec(func(r *record) { r.Infra = true }); err != nil {
+		return "", err
+	}
+	if _, err := ws.Apply(ctx, plan, tofu.RunOptions{}); err != nil {
+		return "", fmt.Errorf("creating the network for the endpoint: %w", err)
+	}
+	out, err := outputsJSON(ctx, ws)
+	if err != nil {
+		return "", err
+	}
+	addr, err := provider.EndpointAddress(out)
+	if err != nil {
+		return "", err
+	}
+	return "https://" + addr + ":6443", nil
+}
+
+func outputsJSON(ctx context.Context, ws *tofu.Workspace) ([]byte, error) {
+	outs, err := ws.Output(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(outs)
+}
+
+// planOrApply plans the tenant; with apply it then applies that plan (or
+// the pending plan made for exactly this document) and brings the nodes up.
+func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
+	p, err := ts.prepare(ctx)
+	if err != nil {
+		return "", err
+	}
+	hash := sha256.Sum256(p.doc)
+	ts.mu.Lock()
+	pending := ts.plan
+	ts.mu.Unlock()
+	var plan *tofu.Plan
+	if apply && pending != nil && pending.docHash == hash {
+		plan = pending.plan
+	} else {
+		if plan, err = p.ws.Plan(ctx, tofu.RunOptions{}); err != nil {
+			return "", err
+		}
+	}
+	changes := tenant.Changes{Add: plan.Summary.Add, Change: plan.Summary.Change, Destroy: plan.Summary.Remove}
+	ts.setStatus(func(s *tenant.Status) { s.Pending = changes })
+	if !apply {
+		ts.mu.Lock()
+		ts.plan = &pendingPlan{plan: plan, docHash: hash}
+		if plan.HasChanges() && (ts.status.Phase == tenant.PhaseAbsent || ts.status.Phase == tenant.PhaseFailed) {
+			ts.status.Phase = tenant.PhasePlanned
+		}
+		ts.mu.Unlock()
+		ts.publish()
+		return fmt.Sprintf("plan: %d to add, %d to change, %d to destroy; press Apply to apply it", changes.Add, changes.Change, changes.Destroy), nil
+	}
+	ts.mu.Lock()
+	ts.plan = nil
+	ts.mu.Unlock()
+	return ts.applyPlan(ctx, p, plan)
+}
+
+// applyPlan resets the nodes the plan removes, applies the plan, and
+// brings every node to running.
+func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (string, error) {
+	e := ts.e
+	declared := map[string]tenant.Node{}
+	for _, n := range p.t.Nodes() {
+		declared[n.Name] = n
+	}
+	_, rec := ts.snapshot()
+	var removed []string
+	for n := range rec.Nodes {
+		if _, ok := declared[n]; !ok {
+			removed = append(removed, n)
+		}
+	}
+	slices.Sort(removed)
+
+	if plan.HasChanges() {
+		ts.setPhase(tenant.PhaseProvisioning)
+		if len(removed) > 0 {
+			if err := ts.resetNodes(ctx, removed, true); err != nil {
+				return "", err
+			}
+		}
+		if err := ts.saveRec(func(r *record) { r.Infra = true }); err != nil {
+			return "", err
+		}
+		planned := plan.Planned()
+		_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
+			if pr.Planned > 0 {
+				ts.setProgress(pr.Completed * tofuShare / pr.Planned)
+			} else if planned > 0 {
+				ts.setProgress(pr.Completed * tofuShare / planned)
+			}
+		}})
+		if err != nil {
+			return "", err
+		}
+	}
+	ts.setStatus(func(s *tenant.Status) { s.Pending = tenant.Changes{}; s.Progress = tofuShare })
+
+	// nodes as tofu reports them
+	out, err := outputsJSON(ctx, p.ws)
+	if err != nil {
+		return "", err
+	}
+	r, err := provider.For(p.t.Provider)
+	if err != nil {
+		return "", err
+	}
+	outs, err := r.Nodes(out)
+	if err != nil {
+		return "", err
+	}
+	nodes := map[string]nodeRecord{}
+	for _, o := range outs {
+		if n, ok := declared[o.Name]; ok {
+			nodes[o.Name] = nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
+		}
+	}
+	for n := range declared {
+		if _, ok := nodes[n]; !ok {
+			return "", fmt.Errorf("tofu reports no address for node %s", n)
+		}
+	}
+	specRaw := ts.currentSpecRaw()
+	if err := ts.saveRec(func(r *record) { r.Nodes = nodes; r.Spec = specRaw }); err != nil {
+		return "", err
+	}
+	ts.mu.Lock()
+	for _, n := range removed {
+		delete(ts.nodes, n)
+	}
+	for name, nr := range nodes {
+		s := ts.nodes[name]
+		s.Address, s.Role, s.Group = nr.Address, nr.Role, nr.Group
+		ts.nodes[name] = s
+	}
+	ts.mu.Unlock()
+	e.publishTenants() // removed nodes leave Home Assistant
+
+	// Talos: talosconfig for the control planes, configs for maintenance
+	// nodes, bootstrap once, kubeconfig
+	var cps []string
+	for _, n := range p.t.Nodes() {
+		if n.Role == tenant.RoleControlPlane {
+			cps = append(cps, nodes[n.Name].Address)
+		}
+	}
+	tc, err := talos.Talosconfig(p.bundle, p.t.Name, cps)
+	if err != nil {
+		return "", err
+	}
+	if err := e.writeSecretFile(ts.name, "talosconfig", tc); err != nil {
+		return "", err
+	}
+	e.updatePollTargets()
+
+	ts.setPhase(tenant.PhaseProvisioning)
+	if err := ts.configureNodes(ctx, p, nodes, tc); err != nil {
+		return "", err
+	}
+	ts.setProgress(75)
+	ts.setPhase(tenant.PhaseBootstrapping)
+	first := e.endpoint(nodes[p.t.Nodes()[0].Name].Address)
+	for _, n := range p.t.Nodes() {
+		if n.Role == tenant.RoleControlPlane {
+			first = e.endpoint(nodes[n.Name].Address)
+			break
+		}
+	}
+	if !rec.Bootstrapped {
+		if err := talos.Bootstrap(ctx, first, tc); err != nil {
+			return "", fmt.Errorf("bootstrap: %w", err)
+		}
+		if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
+			return "", err
+		}
+	}
+	kc, err := talos.Kubeconfig(ctx, first, tc)
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	if err := e.writeSecretFile(ts.name, "kubeconfig", kc); err != nil {
+		return "", err
+	}
+	ts.setProgress(90)
+	if err := ts.waitRunning(ctx, nodes, tc); err != nil {
+		return "", err
+	}
+	ts.setStatus(func(s *tenant.Status) { s.Phase = tenant.PhaseRunning; s.Progress = 100 })
+	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), e.kubeconfigPath(ts.name)), nil
+}
+
+func (ts *tstate) currentSpecRaw() []byte {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return slices.Clone(ts.specRaw)
+}
+
+// configureNodes gives every node in maintenance mode its machine config
+// and waits for each node's secure API.
+func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[string]nodeRecord, tc []byte) error {
+	e := ts.e
+	ctx, cancel := context.WithTimeout(ctx, e.opts.NodeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 0)
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	for name, nr := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ep := e.endpoint(nr.Address)
+			err := ts.configureNode(ctx, name, ep, p.configs.Nodes[name], tc)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("node %s: %w", name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []byte) error {
+	// wait until the node answers: in maintenance, or already configured
+	for {
+		st, err := talos.Status(ctx, ep, tc)
+		if err == nil {
+			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
+			if st.Stage == tenant.StageMaintenance {
+				if err := talos.ApplyMaintenance(ctx, ep, cfg); err != nil {
+					return fmt.Errorf("applying its machine config: %w", err)
+				}
+				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
+			}
+			if st.Stage != tenant.StageUnreachable {
+				break
+			}
+		} else if errors.Is(err, talos.ErrCredentials) {
+			return fmt.Errorf("the node at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", ep)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("did not answer at %s: %w", ep, context.Cause(ctx))
+		case <-time.After(time.Second):
+		}
+	}
+	if _, err := talos.WaitSecure(ctx, ep, tc); err != nil {
+		return fmt.Errorf("waiting for its Talos API: %w", err)
+	}
+	return nil
+}
+
+// waitRunning waits until every node runs and is ready.
+func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, tc []byte) error {
+	e := ts.e
+	ctx, cancel := context.WithTimeout(ctx, e.opts.NodeTimeout)
+	defer cancel()
+	for {
+		var waiting []string
+		for name, nr := range nodes {
+			st, err := talos.Status(ctx, e.endpoint(nr.Address), tc)
+			if err == nil {
+				ts.setNode(name, func(s *tenant.NodeStatus) {
+					s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
+					if st.TalosVersion != "" {
+						s.TalosVersion = st.TalosVersion
+					}
+				})
+			}
+			if err != nil || st.Stage != tenant.StageRunning || !st.Ready {
+				waiting = append(waiting, name)
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			slices.Sort(waiting)
+			return fmt.Errorf("nodes not running and ready in time: %s: %w", strings.Join(waiting, ", "), context.Cause(ctx))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// resetNodes resets nodes through the Talos API: gracefully (cordon,
+// drain, leave etcd) when removing them from a running cluster, or not
+// (back to maintenance) when the whole cluster goes.
+func (ts *tstate) resetNodes(ctx context.Context, names []string, graceful bool) error {
+	e := ts.e
+	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	if err != nil {
+		return nil // never configured: nothing to reset
+	}
+	var errs []error
+	for _, n := range names {
+		ep, ok := ts.nodeAddress(n)
+		if !ok {
+			continue
+		}
+		ts.setNode(n, func(s *tenant.NodeStatus) { s.Stage = tenant.StageResetting; s.Ready = false })
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := talos.Reset(rctx, ep, tc, graceful)
+		cancel()
+		if err != nil {
+			st, serr := talos.Status(ctx, ep, tc)
+			if serr == nil && st.Stage == tenant.StageMaintenance {
+				continue // already reset
+			}
+			if serr == nil && st.Stage == tenant.StageUnreachable && !graceful {
+				e.log.Warn("node unreachable during reset; tofu will remove it anyway", zap.String("node", n))
+				continue
+			}
+			errs = append(errs, fmt.Errorf("resetting node %s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// destroy resets the nodes back to maintenance and destroys the
+// infrastructure; the secrets bundle stays until the tenant file is removed.
+func (ts *tstate) destroy(ctx context.Context) (string, error) {
+	e := ts.e
+	t, rec := ts.snapshot()
+	if t == nil {
+		return "", fmt.Errorf("tenant %s has neither a file nor a remembered spec", ts.name)
+	}
+	ts.setPhase(tenant.PhaseDestroying)
+	var names []string
+	for n := range rec.Nodes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if t.Provider == tenant.ProviderMetal {
+		if err := ts.resetNodes(ctx, names, false); err != nil {
+			return "", err
+		}
+	}
+	ws, err := e.opts.Runner.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(ws.Dir(), tofu.ConfigFile)); err == nil {
+		_, err := ws.Destroy(ctx, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
+			if pr.Planned > 0 {
+				ts.setProgress(pr.Completed * 100 / pr.Planned)
+			}
+		}})
+		if err != nil {
+			return "", err
+		}
+	}
+	if err := ts.saveRec(func(r *record) {
+		r.Infra, r.Bootstrapped, r.Nodes, r.Endpoint, r.Phase = false, false, nil, "", tenant.PhaseAbsent
+	}); err != nil {
+		return "", err
+	}
+	for _, f := range []string{"kubeconfig", "talosconfig"} {
+		os.Remove(filepath.Join(e.tenantDir(ts.name), f))
+		if e.opts.ShareDir != "" {
+			os.Remove(filepath.Join(e.opts.ShareDir, ts.name, f))
+		}
+	}
+	ts.mu.Lock()
+	ts.plan = nil
+	for n, s := range ts.nodes {
+		s.Stage, s.Ready, s.TalosVersion = tenant.StagePending, false, ""
+		ts.nodes[n] = s
+	}
+	ts.status.Phase = tenant.PhaseAbsent
+	ts.status.Pending = tenant.Changes{}
+	ts.status.Progress = 100
+	orphan := ts.spec == nil
+	ts.mu.Unlock()
+	ts.pruneAfterDestroy()
+	e.updatePollTargets()
+	if orphan {
+		e.forget(ts)
+	}
+	return "destroyed; the secrets bundle is kept until the tenant file is removed", nil
+}
+
+// pruneAfterDestroy drops nodes the file no longer declares.
+func (ts *tstate) pruneAfterDestroy() {
+	ts.mu.Lock()
+	ts.pruneNodesLocked()
+	ts.mu.Unlock()
+}
+
+// forget removes an orphaned tenant after its destroy.
+func (e *Engine) forget(ts *tstate) {
+	e.mu.Lock()
+	if cur, ok := e.ts[ts.name]; ok && cur == ts && !e.closed {
+		delete(e.ts, ts.name)
+		close(ts.queue)
+	}
+	e.mu.Unlock()
+	os.Remove(talos.SecretsPath(e.tenantDir(ts.name)))
+}
+
+// bootstrap bootstraps etcd once (AlreadyExists counts as done).
+func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
+	e := ts.e
+	t, rec := ts.snapshot()
+	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	if err != nil || t == nil {
+		return "", fmt.Errorf("tenant %s is not provisioned: press Apply", ts.name)
+	}
+	var first string
+	for _, n := range t.Nodes() {
+		if r, ok := rec.Nodes[n.Name]; ok && n.Role == tenant.RoleControlPlane {
+			first = e.endpoint(r.Address)
+			break
+		}
+	}
+	if first == "" {
+		return "", fmt.Errorf("tenant %s has no provisioned control plane", ts.name)
+	}
+	if err := talos.Bootstrap(ctx, first, tc); err != nil {
+		return "", err
+	}
+	if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
+		return "", err
+	}
+	return "etcd is bootstrapped", nil
+}
+
+// reboot reboots one node.
+func (ts *tstate) reboot(ctx context.Context, node string) (string, error) {
+	e := ts.e
+	ep, ok := ts.nodeAddress(node)
+	if !ok {
+		return "", fmt.Errorf("node %s is not provisioned", node)
+	}
+	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	if err != nil {
+		return "", fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
+	}
+	if err := talos.Reboot(ctx, ep, tc); err != nil {
+		return "", err
+	}
+	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage = tenant.StageRebooting; s.Ready = false })
+	e.poller.Trigger(pollKey(ts.name, node))
+	return fmt.Sprintf("node %s is rebooting", node), nil
+}
+
+// writeSecretFile writes a tenant secret (0600) under the data dir and,
+// when the share folder is mapped, under <share>/<tenant>/.
+func (e *Engine) writeSecretFile(name, file string, data []byte) error {
+	dirs := []string{e.tenantDir(name)}
+	if e.opts.ShareDir != "" {
+		dirs = append(dirs, filepath.Join(e.opts.ShareDir, name))
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("tenant %s: %w", name, err)
+		}
+		if err := tenant.WriteFileAtomic(filepath.Join(d, file), data, 0o600); err != nil {
+			return fmt.Errorf("tenant %s: writing %s: %w", name, file, err)
+		}
+	}
+	return nil
+}

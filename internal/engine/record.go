@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// record is what the engine remembers of a tenant across restarts, kept in
+// <data_dir>/tenants/<name>/engine.json. It holds no secret.
+type record struct {
+	// Infra is true from the first apply that created anything until a
+	// destroy succeeded: the secrets bundle must not be regenerated and a
+	// removed tenant file makes the tenant orphaned, not gone.
+	Infra bool `json:"infra"`
+	// Bootstrapped is true once the first control plane accepted Bootstrap.
+	Bootstrapped bool `json:"bootstrapped"`
+	// Phase is the last phase reached.
+	Phase tenant.Phase `json:"phase"`
+	// Endpoint is the Kubernetes API endpoint the machine configs name.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Nodes are the nodes the last apply created, by name.
+	Nodes map[string]nodeRecord `json:"nodes,omitempty"`
+	// Running names the operation in progress; still set at start-up, it
+	// means the add-on stopped in the middle of it.
+	Running string `json:"running,omitempty"`
+	// LastOperation is the last finished operation.
+	LastOperation *tenant.OperationResult `json:"last_operation,omitempty"`
+	// Spec is the tenant file as last applied, so an orphaned tenant (its
+	// file removed) can still be shown and destroyed.
+	Spec []byte `json:"spec,omitempty"`
+}
+
+// nodeRecord is one applied node.
+type nodeRecord struct {
+	Address string      `json:"address"`
+	ID      string      `json:"id,omitempty"`
+	Group   string      `json:"group"`
+	Role    tenant.Role `json:"role"`
+}
+
+func (e *Engine) tenantDir(name string) string { return filepath.Join(e.opts.DataDir, "tenants", name) }
+
+func (e *Engine) recordPath(name string) string {
+	return filepath.Join(e.tenantDir(name), "engine.json")
+}
+
+// loadRecord reads a tenant's record; a missing one is empty.
+func (e *Engine) loadRecord(name string) (record, error) {
+	var r record
+	data, err := os.ReadFile(e.recordPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("tenant %s: engine record: %w", name, err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("tenant %s: engine record %s is damaged: %w", name, e.recordPath(name), err)
+	}
+	return r, nil
+}
+
+// saveRecord writes a tenant's record atomically.
+func (e *Engine) saveRecord(name string, r record) error {
+	if err := os.MkdirAll(e.tenantDir(name), 0o700); err != nil {
+		return fmt.Errorf("tenant %s: %w", name, err)
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := tenant.WriteFileAtomic(e.recordPath(name), data, 0o600); err != nil {
+		return fmt.Errorf("tenant %s: engine record: %w", name, err)
+	}
+	return nil
+}
+
+// knownTenants lists the tenants that have a record.
+func (e *Engine) knownTenants() []string {
+	entries, err := os.ReadDir(filepath.Join(e.opts.DataDir, "tenants"))
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, d := range entries {
+		if d.IsDir() {
+			if _, err := os.Stat(e.recordPath(d.Name())); err == nil {
+				names = append(names, d.Name())
+			}
+		}
+	}
+	return names
+}

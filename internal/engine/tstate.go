@@ -1,0 +1,422 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// queueLen bounds the operations waiting for one tenant.
+const queueLen = 8
+
+// operation is one queued command.
+type operation struct {
+	name string
+	args opArgs
+}
+
+type opArgs struct {
+	node string
+}
+
+// tstate is one tenant: its spec, what the engine remembers of it, its
+// status, and the worker that runs its operations one at a time.
+type tstate struct {
+	e     *Engine
+	name  string
+	queue chan *operation
+
+	mu      sync.Mutex
+	spec    *tenant.Tenant // the file as it is now; nil when removed (orphaned)
+	specRaw []byte
+	applied *tenant.Tenant // the spec of the record, for an orphaned tenant
+	rec     record
+	status  tenant.Status
+	nodes   map[string]tenant.NodeStatus
+	cur     string             // running operation, "" when idle
+	stop    context.CancelFunc // cancels the running operation
+	plan    *pendingPlan       // the last plan, waiting for Apply
+}
+
+func newTState(e *Engine, name string, rec record) *tstate {
+	ts := &tstate{e: e, name: name, queue: make(chan *operation, queueLen), rec: rec, nodes: map[string]tenant.NodeStatus{}}
+	ts.status = tenant.Status{Phase: tenant.PhaseAbsent, LastOperation: rec.LastOperation}
+	if rec.Infra && rec.Phase != "" {
+		ts.status.Phase = rec.Phase
+	}
+	if rec.Running != "" {
+		// the add-on stopped in the middle of an operation
+		ts.status.Phase = tenant.PhaseFailed
+		ts.status.Problem = true
+		ts.status.LastOperation = &tenant.OperationResult{Name: rec.Running, Result: tenant.ResultFailed, At: time.Now(),
+			Message: fmt.Sprintf("%s was interrupted when rezuscloud stopped; press Apply to converge", rec.Running)}
+		ts.rec.Running = ""
+		ts.rec.Phase = tenant.PhaseFailed
+		ts.rec.LastOperation = ts.status.LastOperation
+		if err := e.saveRecord(name, ts.rec); err != nil {
+			e.log.Error("saving tenant record", zap.String("tenant", name), zap.Error(err))
+		}
+	}
+	for n, r := range rec.Nodes {
+		ts.nodes[n] = tenant.NodeStatus{Stage: tenant.StageUnreachable, Address: r.Address, Role: r.Role, Group: r.Group}
+	}
+	return ts
+}
+
+// setSpec takes a new version of the tenant file; it reports a change.
+// Called with e.mu held.
+func (ts *tstate) setSpec(t *tenant.Tenant) bool {
+	raw, _ := os.ReadFile(t.Path)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	changed := ts.spec == nil || !bytes.Equal(raw, ts.specRaw)
+	wasOrphan := ts.spec == nil && ts.rec.Infra
+	ts.spec, ts.specRaw = t, raw
+	if changed {
+		ts.plan = nil // a plan is only good for the spec it was made from
+	}
+	if wasOrphan && ts.status.Phase == tenant.PhaseOrphaned {
+		ts.status.Phase = ts.rec.Phase
+		if ts.status.Phase == "" || ts.status.Phase == tenant.PhaseOrphaned {
+			ts.status.Phase = tenant.PhaseDegraded
+		}
+	}
+	ts.status.TalosVersion, ts.status.KubernetesVersion = t.TalosVersion, t.KubernetesVersion
+	for _, n := range t.Nodes() {
+		if _, ok := ts.nodes[n.Name]; !ok {
+			addr := ""
+			if n.Machine != nil {
+				addr = n.Machine.Address
+			}
+			ts.nodes[n.Name] = tenant.NodeStatus{Stage: tenant.StagePending, Address: addr, Role: n.Role, Group: n.Group}
+		}
+	}
+	ts.pruneNodesLocked()
+	return changed
+}
+
+// removeSpec handles a removed tenant file: a tenant with infrastructure
+// becomes orphaned (nothing is destroyed); one without is forgotten, which
+// removeSpec reports. Called with e.mu held.
+func (ts *tstate) removeSpec() (forget bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if !ts.rec.Infra && ts.cur == "" {
+		return true
+	}
+	if ts.spec != nil {
+		ts.applied = ts.spec
+		if len(ts.rec.Spec) > 0 {
+			if t, err := tenant.Parse(ts.spec.Path, ts.rec.Spec); err == nil {
+				ts.applied = t
+			}
+		}
+	}
+	ts.spec = nil
+	ts.specRaw = nil
+	ts.plan = nil
+	ts.status.Phase = tenant.PhaseOrphaned
+	ts.status.Problem = true
+	ts.pruneNodesLocked()
+	return false
+}
+
+// pruneNodesLocked drops nodes neither declared nor provisioned.
+func (ts *tstate) pruneNodesLocked() {
+	declared := map[string]bool{}
+	if t := ts.shownLocked(); t != nil {
+		for _, n := range t.Nodes() {
+			declared[n.Name] = true
+		}
+	}
+	for n := range ts.nodes {
+		if _, applied := ts.rec.Nodes[n]; !declared[n] && !applied {
+			delete(ts.nodes, n)
+		}
+	}
+}
+
+func (ts *tstate) orphaned() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.spec == nil
+}
+
+func (ts *tstate) running() string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.cur
+}
+
+// shown is the tenant as Home Assistant shows it: the file, or for an
+// orphaned tenant the spec it was last applied with.
+func (ts *tstate) shown() *tenant.Tenant {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.shownLocked()
+}
+
+func (ts *tstate) shownLocked() *tenant.Tenant {
+	if ts.spec != nil {
+		return ts.spec
+	}
+	if ts.applied != nil {
+		// an orphaned tenant shows the nodes it has
+		return ts.applied
+	}
+	return nil
+}
+
+// nodeAddress gives the Talos API endpoint of a provisioned node.
+func (ts *tstate) nodeAddress(node string) (string, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	r, ok := ts.rec.Nodes[node]
+	if !ok || r.Address == "" {
+		return "", false
+	}
+	return ts.e.endpoint(r.Address), true
+}
+
+func (e *Engine) endpoint(address string) string {
+	return net.JoinHostPort(address, strconv.Itoa(e.opts.TalosPort))
+}
+
+// publish sends the tenant's and its nodes' state.
+func (ts *tstate) publish() {
+	ts.mu.Lock()
+	ts.recountLocked()
+	st := ts.status
+	nodes := make(map[string]tenant.NodeStatus, len(ts.nodes))
+	for k, v := range ts.nodes {
+		nodes[k] = v
+	}
+	ts.mu.Unlock()
+	p := ts.e.opts.Publisher
+	p.SetTenantStatus(ts.name, st)
+	for n, s := range nodes {
+		p.SetNodeStatus(ts.name, n, s)
+	}
+}
+
+// recountLocked derives nodes ready/total and running ↔ degraded.
+func (ts *tstate) recountLocked() {
+	ready, total := 0, 0
+	t := ts.shownLocked()
+	if t != nil {
+		for _, n := range t.Nodes() {
+			total++
+			if s := ts.nodes[n.Name]; s.Ready && s.Stage == tenant.StageRunning {
+				ready++
+			}
+		}
+	}
+	ts.status.NodesReady, ts.status.NodesTotal = ready, total
+	if ts.cur == "" && ts.spec != nil {
+		switch ts.status.Phase {
+		case tenant.PhaseRunning:
+			if ready < total {
+				ts.status.Phase = tenant.PhaseDegraded
+			}
+		case tenant.PhaseDegraded:
+			if ready == total && total > 0 && ts.rec.Bootstrapped {
+				ts.status.Phase = tenant.PhaseRunning
+			}
+		}
+	}
+	ts.status.Problem = ts.status.Phase == tenant.PhaseFailed || ts.status.Phase == tenant.PhaseDegraded ||
+		ts.status.Phase == tenant.PhaseOrphaned
+}
+
+// setNode updates one node's state and publishes it.
+func (ts *tstate) setNode(name string, f func(*tenant.NodeStatus)) {
+	ts.mu.Lock()
+	s, ok := ts.nodes[name]
+	if !ok {
+		ts.mu.Unlock()
+		return
+	}
+	f(&s)
+	ts.nodes[name] = s
+	ts.mu.Unlock()
+	ts.publish()
+}
+
+// setStatus changes the tenant's status and publishes it.
+func (ts *tstate) setStatus(f func(*tenant.Status)) {
+	ts.mu.Lock()
+	f(&ts.status)
+	ts.mu.Unlock()
+	ts.publish()
+}
+
+// onNodeState takes a change reported by the poller.
+func (e *Engine) onNodeState(key string, st talos.NodeState) {
+	tn, node, ok := splitKey(key)
+	if !ok {
+		return
+	}
+	ts, err := e.get(tn)
+	if err != nil {
+		return
+	}
+	ts.setNode(node, func(s *tenant.NodeStatus) {
+		s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
+		if st.TalosVersion != "" {
+			s.TalosVersion = st.TalosVersion
+		}
+	})
+}
+
+// pollKey names a node for the poller: tenant and node joined by a byte
+// that neither may contain.
+func pollKey(tenantName, node string) string { return tenantName + "/" + node }
+
+func splitKey(k string) (string, string, bool) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return k[:i], k[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// updatePollTargets polls every provisioned node of every tenant that has
+// a talosconfig.
+func (e *Engine) updatePollTargets() {
+	targets := map[string]talos.Target{}
+	e.mu.Lock()
+	states := make([]*tstate, 0, len(e.ts))
+	for _, ts := range e.ts {
+		states = append(states, ts)
+	}
+	e.mu.Unlock()
+	for _, ts := range states {
+		tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+		if err != nil {
+			continue
+		}
+		ts.mu.Lock()
+		for n, r := range ts.rec.Nodes {
+			if r.Address != "" {
+				targets[pollKey(ts.name, n)] = talos.Target{Endpoint: e.endpoint(r.Address), Talosconfig: tc}
+			}
+		}
+		ts.mu.Unlock()
+	}
+	e.poller.SetTargets(targets)
+}
+
+// work runs the tenant's operations one at a time until the queue closes.
+func (ts *tstate) work() {
+	for op := range ts.queue {
+		ts.run(op)
+	}
+}
+
+// cancel stops the running operation and drops the queued ones.
+func (ts *tstate) cancel() bool {
+	for {
+		select {
+		case <-ts.queue:
+			continue
+		default:
+		}
+		break
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.stop == nil {
+		return false
+	}
+	ts.stop()
+	return true
+}
+
+// run executes one operation: it waits for a slot, marks the tenant busy
+// (also on disk, so an interruption is noticed after a restart), runs the
+// flow and reports the result.
+func (ts *tstate) run(op *operation) {
+	e := ts.e
+	e.mu.Lock()
+	base := e.ctx
+	e.mu.Unlock()
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, stop := context.WithCancel(base)
+	defer stop()
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-e.sem }()
+
+	start := time.Now()
+	ts.mu.Lock()
+	ts.cur, ts.stop = op.name, stop
+	ts.rec.Running = op.name
+	rec := ts.rec
+	opName := op.name
+	ts.status.Operation = &opName
+	ts.status.Progress = 0
+	ts.mu.Unlock()
+	if err := e.saveRecord(ts.name, rec); err != nil {
+		e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
+	}
+	ts.publish()
+	e.publishBridge()
+	e.opts.Publisher.PublishOperation(tenant.OperationEvent{Tenant: ts.name, Name: op.name, Result: tenant.ResultStarted, At: start})
+	e.log.Info("operation started", zap.String("tenant", ts.name), zap.String("operation", op.name))
+
+	msg, err := ts.dispatch(ctx, op)
+
+	result := tenant.ResultSucceeded
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		result = tenant.ResultCancelled
+		msg = fmt.Sprintf("%s was cancelled: %v. Press Apply to converge.", op.name, err)
+	default:
+		result = tenant.ResultFailed
+		msg = fmt.Sprintf("%s failed: %v", op.name, err)
+	}
+	end := time.Now()
+	last := &tenant.OperationResult{Name: op.name, Result: result, At: end, Message: msg}
+	ts.mu.Lock()
+	ts.cur, ts.stop = "", nil
+	ts.rec.Running = ""
+	ts.rec.LastOperation = last
+	ts.status.Operation = nil
+	ts.status.LastOperation = last
+	if result != tenant.ResultSucceeded && ts.status.Phase != tenant.PhaseOrphaned {
+		ts.status.Phase = tenant.PhaseFailed
+	}
+	ts.rec.Phase = ts.status.Phase
+	rec = ts.rec
+	ts.mu.Unlock()
+	if err := e.saveRecord(ts.name, rec); err != nil {
+		e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
+	}
+	e.publishTenants()
+	e.opts.Publisher.PublishOperation(tenant.OperationEvent{Tenant: ts.name, Name: op.name, Result: result,
+		Message: msg, Duration: end.Sub(start), At: end})
+	log := e.log.With(zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Duration("took", end.Sub(start).Round(time.Millisecond)))
+	if result == tenant.ResultSucceeded {
+		log.Info("operation succeeded", zap.String("message", msg))
+	} else {
+		log.Warn("operation did not succeed", zap.String("result", string(result)), zap.String("message", msg))
+	}
+}

@@ -1,0 +1,397 @@
+package hass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"go.uber.org/zap"
+)
+
+// HandleRequest validates req against the current tenants and runs it. It
+// is the request API's core, shared by every transport (MQTT requests,
+// entity commands, WebSocket events). req must come from DecodeRequest (or
+// be built to the same rules).
+func (b *Bridge) HandleRequest(ctx context.Context, req Request) Response {
+	if err := checkFields(req); err != nil {
+		return ErrorResponse(req, err)
+	}
+	b.mu.Lock()
+	err := validate(req, b.tenants)
+	b.mu.Unlock()
+	if err != nil {
+		return ErrorResponse(req, err)
+	}
+	if b.cmd == nil {
+		return ErrorResponse(req, errors.New("no engine attached"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opts.CommandTimeout)
+	defer cancel()
+	data, err := dispatch(ctx, b.cmd, req)
+	if err != nil {
+		return ErrorResponse(req, err)
+	}
+	// Reflect accepted settings at once.
+	switch req.Action {
+	case ActionLogLevel:
+		b.mu.Lock()
+		b.logLevel = req.Level
+		b.refreshStateLocked(kindBridge, ref{})
+		b.mu.Unlock()
+		b.trigger()
+	case ActionAutoApply:
+		b.mu.Lock()
+		if b.tenants[req.Tenant] != nil {
+			b.autoApply[req.Tenant] = *req.Enabled
+			b.refreshStateLocked(kindTenant, ref{tenant: req.Tenant})
+		}
+		b.mu.Unlock()
+		b.trigger()
+	case ActionDestroy:
+		b.disarm(req.Tenant)
+	}
+	return okResponse(req, data)
+}
+
+// HandleRaw decodes a request payload for action and handles it.
+func (b *Bridge) HandleRaw(ctx context.Context, action string, payload []byte) Response {
+	req, err := DecodeRequest(action, payload)
+	if err != nil {
+		return ErrorResponse(req, err)
+	}
+	return b.HandleRequest(ctx, req)
+}
+
+// onMessage receives every message of our subscriptions.
+func (b *Bridge) onMessage(_ mqtt.Client, m mqtt.Message) {
+	topic := m.Topic()
+	payload := append([]byte(nil), m.Payload()...)
+	m.Ack()
+
+	if strings.HasPrefix(topic, b.topics.prefix+"/device/") {
+		b.mu.Lock()
+		if b.scanning && m.Retained() {
+			b.scanned[topic] = payload
+		}
+		b.mu.Unlock()
+		return
+	}
+	if topic == b.topics.birth() {
+		if string(payload) == "online" {
+			b.onBirth()
+		}
+		return
+	}
+	if m.Retained() {
+		// A retained command would fire again at every start: never act on it.
+		b.log.Warn("ignoring retained message on a command topic", zap.String("topic", topic))
+		return
+	}
+	select {
+	case b.sem <- struct{}{}:
+	case <-b.ctx.Done():
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.sem
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		defer func() { <-b.sem }()
+		if action, ok := strings.CutPrefix(topic, b.topics.base+"/bridge/request/"); ok {
+			b.handleRequestMessage(action, payload)
+			return
+		}
+		b.handleCommand(topic, payload)
+	}()
+}
+
+func (b *Bridge) handleRequestMessage(action string, payload []byte) {
+	resp := b.HandleRaw(b.ctx, action, payload)
+	if !resp.OK() {
+		b.log.Warn("request refused", zap.String("action", truncate(action, 64)), zap.String("error", resp.Error))
+	} else {
+		b.log.Info("request done", zap.String("action", action))
+	}
+	p, err := json.Marshal(resp)
+	if err != nil {
+		resp = ErrorResponse(Request{Transaction: resp.Transaction}, fmt.Errorf("response not encodable: %v", err))
+		p, _ = json.Marshal(resp)
+	}
+	if !utf8.ValidString(action) || strings.ContainsAny(action, "+#\x00") {
+		return
+	}
+	b.client.Publish(b.topics.response(action), 1, false, p)
+}
+
+// handleCommand routes an entity command by its topic.
+func (b *Bridge) handleCommand(topic string, payload []byte) {
+	b.mu.Lock()
+	rt, ok := b.routes[topic]
+	b.mu.Unlock()
+	warn := func(msg string, err error) {
+		b.log.Warn(msg, zap.String("topic", topic), zap.Error(err))
+	}
+	if !ok {
+		warn("command for an unknown device or entity ignored", nil)
+		return
+	}
+	if len(payload) > MaxPayload {
+		warn("command payload too large; ignored", fmt.Errorf("%d bytes", len(payload)))
+		return
+	}
+	if !utf8.Valid(payload) {
+		warn("command payload is not UTF-8; ignored", nil)
+		return
+	}
+	p := strings.TrimSpace(string(payload))
+	var err error
+	switch {
+	case rt.e.set != nil:
+		err = rt.e.set(b, b.ctx, rt.r, p)
+	case rt.e.action != "":
+		if p != "PRESS" {
+			err = fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+			break
+		}
+		req := Request{Action: rt.e.action, Tenant: rt.r.tenant, Node: rt.r.node}
+		if rt.e.kind == kindBridge {
+			req.Tenant = ""
+		}
+		resp := b.HandleRequest(b.ctx, req)
+		if !resp.OK() {
+			err = errors.New(resp.Error)
+		}
+	default:
+		err = errors.New("entity takes no commands")
+	}
+	if err != nil {
+		warn("command refused", err)
+		return
+	}
+	b.log.Info("command done", zap.String("topic", topic))
+}
+
+func respErr(r Response) error {
+	if r.OK() {
+		return nil
+	}
+	return errors.New(r.Error)
+}
+
+// Entity command handlers (referenced from the entity table).
+
+func setLogLevel(b *Bridge, ctx context.Context, _ ref, p string) error {
+	return respErr(b.HandleRequest(ctx, Request{Action: ActionLogLevel, Level: p}))
+}
+
+func pressRepublish(b *Bridge, _ context.Context, _ ref, p string) error {
+	if p != "PRESS" {
+		return fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+	}
+	b.republishAll()
+	return nil
+}
+
+func setCount(b *Bridge, ctx context.Context, r ref, p string) error {
+	n, err := parseCount(p)
+	if err != nil {
+		return err
+	}
+	return respErr(b.HandleRequest(ctx, Request{Action: ActionScale, Tenant: r.tenant, Group: r.group, Count: &n}))
+}
+
+func parseOnOff(p string) (bool, error) {
+	switch p {
+	case "ON":
+		return true, nil
+	case "OFF":
+		return false, nil
+	}
+	return false, fmt.Errorf("unexpected payload %q (want ON or OFF)", truncate(p, 40))
+}
+
+func setAutoApply(b *Bridge, ctx context.Context, r ref, p string) error {
+	on, err := parseOnOff(p)
+	if err != nil {
+		return err
+	}
+	return respErr(b.HandleRequest(ctx, Request{Action: ActionAutoApply, Tenant: r.tenant, Enabled: &on}))
+}
+
+func setDestroyArmed(b *Bridge, _ context.Context, r ref, p string) error {
+	on, err := parseOnOff(p)
+	if err != nil {
+		return err
+	}
+	if !on {
+		b.disarm(r.tenant)
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tenants[r.tenant] == nil {
+		return fmt.Errorf("unknown tenant %q", r.tenant)
+	}
+	if t := b.armed[r.tenant]; t != nil {
+		t.Stop()
+	}
+	name := r.tenant
+	var tm *time.Timer
+	tm = time.AfterFunc(b.opts.ArmTimeout, func() {
+		b.mu.Lock()
+		if b.armed[name] != tm {
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.log.Info("destroy disarmed after timeout", zap.String("tenant", name))
+		b.disarm(name)
+	})
+	b.armed[name] = tm
+	b.refreshStateLocked(kindTenant, ref{tenant: name})
+	b.trigger()
+	b.log.Warn("destroy armed", zap.String("tenant", name), zap.Duration("for", b.opts.ArmTimeout))
+	return nil
+}
+
+func (b *Bridge) disarm(name string) {
+	b.mu.Lock()
+	t := b.armed[name]
+	if t == nil {
+		b.mu.Unlock()
+		return
+	}
+	t.Stop()
+	delete(b.armed, name)
+	b.refreshStateLocked(kindTenant, ref{tenant: name})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// Armed reports whether destroy is armed for the tenant.
+func (b *Bridge) Armed(tenantName string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.armed[tenantName] != nil
+}
+
+func pressDestroy(b *Bridge, ctx context.Context, r ref, p string) error {
+	if p != "PRESS" {
+		return fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+	}
+	if !b.Armed(r.tenant) {
+		return fmt.Errorf("destroy of %q refused: turn on \"Allow destroy\" first", r.tenant)
+	}
+	return respErr(b.HandleRequest(ctx, Request{Action: ActionDestroy, Tenant: r.tenant, Confirm: r.tenant}))
+}
+
+// scanStale reads the retained discovery for CleanupWindow and marks every
+// device of ours that no longer exists for clearing (with its state topic).
+// A device is ours only if its id starts with "<base>_" and it lists our
+// availability topic: another program's (or another base's) retained
+// discovery is never touched.
+func (b *Bridge) scanStale(ctx context.Context) error {
+	filter := b.topics.prefix + "/device/+/config"
+	b.mu.Lock()
+	b.scanning = true
+	b.scanned = map[string][]byte{}
+	b.filters[filter] = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.scanning = false
+		delete(b.filters, filter)
+		b.mu.Unlock()
+		_ = b.syncSubscriptions()
+	}()
+	if err := b.syncSubscriptions(); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(b.opts.CleanupWindow):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	stale := 0
+	for topic, p := range b.scanned {
+		if len(p) == 0 {
+			continue
+		}
+		id := strings.TrimSuffix(strings.TrimPrefix(topic, b.topics.prefix+"/device/"), "/config")
+		if !strings.HasPrefix(id, b.topics.base+"_") || strings.Contains(id, "/") {
+			continue
+		}
+		stateTopics, ours := b.ownedTopics(p)
+		if !ours {
+			continue
+		}
+		// Known: remember what the broker holds so an unchanged payload is
+		// not published again. Unknown: sync clears it (not desired).
+		b.published[topic] = p
+		if _, want := b.discovery[topic]; want {
+			continue
+		}
+		stale++
+		for _, st := range stateTopics {
+			if _, want := b.states[st]; !want {
+				b.published[st] = []byte{0}
+			}
+		}
+	}
+	if stale > 0 {
+		b.log.Info("clearing stale devices from Home Assistant", zap.Int("devices", stale))
+	}
+	return nil
+}
+
+// ownedTopics checks that a discovery payload is ours (every component with
+// an availability topic uses ours, at least one does) and returns the state
+// topics under our base that its components read.
+func (b *Bridge) ownedTopics(p []byte) ([]string, bool) {
+	var d struct {
+		Components map[string]map[string]any `json:"components"`
+		Cmps       map[string]map[string]any `json:"cmps"`
+	}
+	if json.Unmarshal(p, &d) != nil {
+		return nil, false
+	}
+	cs := d.Components
+	if cs == nil {
+		cs = d.Cmps
+	}
+	avail := b.topics.availability()
+	seen, ours := map[string]bool{}, false
+	var states []string
+	for _, c := range cs {
+		for _, k := range []string{"availability_topic", "avty_t"} {
+			if v, ok := c[k].(string); ok {
+				if v != avail {
+					return nil, false
+				}
+				ours = true
+			}
+		}
+		for _, k := range []string{"state_topic", "stat_t", "json_attributes_topic", "json_attr_t"} {
+			v, ok := c[k].(string)
+			if !ok || !strings.HasPrefix(v, b.topics.base+"/") || !strings.HasSuffix(v, "/state") || seen[v] {
+				continue
+			}
+			seen[v] = true
+			states = append(states, v)
+		}
+	}
+	return states, ours
+}

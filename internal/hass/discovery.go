@@ -1,0 +1,132 @@
+package hass
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// Manufacturer is what devices show as their manufacturer and the origin name.
+const Manufacturer = "rezuscloud"
+
+// discoveryPayload renders one device's discovery message (device-based
+// discovery, DESIGN.md §4). Callers hold b.mu.
+func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Node) []byte {
+	id := b.topics.deviceID(k, r)
+	dev := map[string]any{
+		"identifiers":  []string{id},
+		"manufacturer": Manufacturer,
+	}
+	switch k {
+	case kindBridge:
+		dev["name"] = "Rezuscloud"
+		dev["model"] = "Bridge"
+		dev["sw_version"] = b.opts.Version
+	case kindTenant:
+		dev["name"] = t.Title()
+		dev["model"] = "Talos cluster"
+		dev["model_id"] = string(t.Provider)
+		if t.TalosVersion != "" {
+			dev["sw_version"] = t.TalosVersion
+		}
+		dev["via_device"] = b.topics.deviceID(kindBridge, ref{})
+	case kindNode:
+		// Speakable: "Lab workers 2" (the node name lab-workers-2 is its id).
+		dev["name"] = fmt.Sprintf("%s %s %d", t.Title(), strings.ReplaceAll(n.Group, "-", " "), n.Index)
+		dev["model"] = "Talos node"
+		dev["model_id"] = string(n.Role)
+		dev["via_device"] = b.topics.deviceID(kindTenant, ref{tenant: r.tenant})
+	}
+	cmps := map[string]any{}
+	state := b.topics.state(k, r)
+	for i := range entities {
+		e := &entities[i]
+		if e.kind != k {
+			continue
+		}
+		if e.perGroup {
+			for _, g := range t.NodeGroups {
+				rg := r
+				rg.group = g.Name
+				cmps[e.compKey(g.Name)] = b.component(e, id, state, rg, &g)
+			}
+			continue
+		}
+		cmps[e.compKey("")] = b.component(e, id, state, r, nil)
+	}
+	payload := map[string]any{
+		"device": dev,
+		"origin": map[string]any{
+			"name":        Manufacturer,
+			"sw_version":  b.opts.Version,
+			"support_url": b.opts.SupportURL,
+		},
+		"qos":        1,
+		"components": cmps,
+	}
+	p, _ := json.Marshal(payload)
+	return p
+}
+
+// component renders one entity row for one device (and group).
+func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant.NodeGroup) map[string]any {
+	key := e.compKey(r.group)
+	uid := devID + "_" + key
+	c := map[string]any{
+		"platform":          e.platform,
+		"unique_id":         uid,
+		"default_entity_id": e.platform + "." + slug(uid),
+		"name":              e.displayName(r.group),
+	}
+	if !e.stateOnAvailability {
+		c["availability_topic"] = b.topics.availability()
+	}
+	set := func(k, v string) {
+		if v != "" {
+			c[k] = v
+		}
+	}
+	set("entity_category", e.category)
+	set("device_class", e.class)
+	set("state_class", e.stateClass)
+	set("unit_of_measurement", e.unit)
+	set("icon", e.icon)
+	if len(e.options) > 0 {
+		c["options"] = e.options
+	}
+	if e.disabled {
+		c["enabled_by_default"] = false
+	}
+	switch {
+	case e.stateOnAvailability:
+		c["state_topic"] = b.topics.availability()
+		c["payload_on"] = "online"
+		c["payload_off"] = "offline"
+	case e.eventTopic:
+		c["state_topic"] = b.topics.event()
+		c["event_types"] = e.eventTypes
+	case e.value != "":
+		c["state_topic"] = stateTopic
+		c["value_template"] = e.valueTemplate(r.group)
+		if e.attrs != "" {
+			c["json_attributes_topic"] = stateTopic
+			c["json_attributes_template"] = "{{ " + e.attrs + " }}"
+		}
+	}
+	if e.hasCommand() {
+		c["command_topic"] = b.topics.command(e, r)
+		c["retain"] = false
+	}
+	switch e.platform {
+	case "button":
+		c["payload_press"] = "PRESS"
+	case "switch":
+		c["payload_on"], c["payload_off"] = "ON", "OFF"
+	case "number":
+		lo, hi := tenant.CountBounds(g.Role)
+		c["min"], c["max"], c["step"], c["mode"] = lo, hi, 1, "box"
+	}
+	return c
+}

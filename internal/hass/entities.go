@@ -1,0 +1,231 @@
+package hass
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// kind is the sort of device an entity belongs to.
+type kind int
+
+const (
+	kindBridge kind = iota
+	kindTenant
+	kindNode
+)
+
+func (k kind) String() string {
+	return [...]string{"bridge", "tenant", "node"}[k]
+}
+
+// entity is one row of the entity table. Discovery components, the state
+// document fields an entity reads and the command routing are all derived
+// from these rows: adding an entity is adding a row (and, for a new state
+// key, a field in the device's state document).
+type entity struct {
+	kind     kind
+	key      string // component id; unique_id = <device id>_<key>
+	platform string
+	name     string // short and speakable; never the device name
+
+	category   string // "", "config" or "diagnostic"
+	class      string // device_class
+	stateClass string
+	unit       string
+	icon       string
+	options    []string // enum sensor and select options
+	eventTypes []string
+	disabled   bool // noisy: disabled by default
+
+	// value is the Jinja expression over value_json that yields the state;
+	// attrs, when set, the expression for json_attributes_template.
+	value string
+	attrs string
+	// stateOnAvailability: the entity reads the availability topic itself
+	// and has no availability of its own (the bridge's connection state).
+	stateOnAvailability bool
+	// eventTopic: the entity reads the (not retained) operation event topic.
+	eventTopic bool
+
+	// perGroup: one component per node group (key and name get the group).
+	perGroup bool
+
+	// Commands. press: a button; the payload is ignored. action names the
+	// request action a press runs (validated and dispatched like a
+	// request). set handles switch/select/number payloads and special
+	// presses.
+	action string
+	set    func(b *Bridge, ctx context.Context, r ref, payload string) error
+	// topicSuffix is the last command topic level(s) after the device's
+	// topic root; "" means key (buttons) — see commandTopic.
+	topicSuffix string
+}
+
+// ref names the device (and group) a command or value belongs to.
+type ref struct {
+	tenant string
+	node   string
+	group  string
+}
+
+var (
+	phaseOptions = []string{
+		string(tenant.PhaseAbsent), string(tenant.PhasePlanned), string(tenant.PhaseProvisioning),
+		string(tenant.PhaseBootstrapping), string(tenant.PhaseRunning), string(tenant.PhaseDegraded),
+		string(tenant.PhaseUpgrading), string(tenant.PhaseDestroying), string(tenant.PhaseFailed),
+		string(tenant.PhaseOrphaned),
+	}
+	stageOptions = []string{
+		string(tenant.StagePending), string(tenant.StageProvisioning), string(tenant.StageUnreachable),
+		string(tenant.StageMaintenance), string(tenant.StageInstalling), string(tenant.StageBooting),
+		string(tenant.StageRunning), string(tenant.StageRebooting), string(tenant.StageUpgrading),
+		string(tenant.StageResetting), string(tenant.StageShuttingDown),
+	}
+	// LogLevels are the options of the bridge's log level select.
+	LogLevels   = []string{"debug", "info", "warn", "error"}
+	eventTypes  = []string{string(tenant.ResultStarted), string(tenant.ResultSucceeded), string(tenant.ResultFailed), string(tenant.ResultCancelled)}
+	onOffString = "{{ 'ON' if value_json.%s else 'OFF' }}"
+)
+
+func onOff(field string) string { return fmt.Sprintf(onOffString, field) }
+
+// entities is the table (DESIGN.md §4).
+var entities = []entity{
+	// bridge
+	{kind: kindBridge, key: "connection", platform: "binary_sensor", name: "Connection state",
+		category: "diagnostic", class: "connectivity", stateOnAvailability: true},
+	{kind: kindBridge, key: "operations", platform: "sensor", name: "Running operations",
+		stateClass: "measurement", icon: "mdi:progress-wrench", value: "value_json.operations"},
+	{kind: kindBridge, key: "tenants", platform: "sensor", name: "Clusters",
+		category: "diagnostic", stateClass: "measurement", icon: "mdi:server-network", value: "value_json.tenants"},
+	{kind: kindBridge, key: "version", platform: "sensor", name: "Version",
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.version", disabled: true},
+	{kind: kindBridge, key: "log_level", platform: "select", name: "Log level",
+		category: "config", icon: "mdi:math-log", options: LogLevels, value: "value_json.log_level",
+		topicSuffix: "log_level/set", set: setLogLevel},
+	{kind: kindBridge, key: "reload", platform: "button", name: "Reload clusters",
+		category: "config", icon: "mdi:reload", action: ActionReload},
+	{kind: kindBridge, key: "republish", platform: "button", name: "Republish discovery",
+		category: "config", icon: "mdi:broadcast", set: pressRepublish},
+	{kind: kindBridge, key: "operation", platform: "event", name: "Operation",
+		icon: "mdi:clipboard-pulse", eventTypes: eventTypes, eventTopic: true},
+
+	// tenant
+	{kind: kindTenant, key: "phase", platform: "sensor", name: "Phase",
+		class: "enum", options: phaseOptions, icon: "mdi:kubernetes", value: "value_json.phase"},
+	{kind: kindTenant, key: "nodes_ready", platform: "sensor", name: "Nodes ready",
+		stateClass: "measurement", icon: "mdi:server", value: "value_json.nodes_ready"},
+	{kind: kindTenant, key: "nodes_total", platform: "sensor", name: "Nodes declared",
+		stateClass: "measurement", icon: "mdi:server", value: "value_json.nodes_total",
+		category: "diagnostic", disabled: true},
+	{kind: kindTenant, key: "progress", platform: "sensor", name: "Progress",
+		unit: "%", stateClass: "measurement", icon: "mdi:progress-clock", value: "value_json.progress"},
+	{kind: kindTenant, key: "pending", platform: "sensor", name: "Pending changes",
+		stateClass: "measurement", icon: "mdi:file-document-edit",
+		value: "value_json.pending.add + value_json.pending.change + value_json.pending.destroy",
+		attrs: "value_json.pending | tojson"},
+	{kind: kindTenant, key: "last_operation", platform: "sensor", name: "Last operation",
+		class: "timestamp", icon: "mdi:history",
+		value: "value_json.last_operation.at if value_json.last_operation else None",
+		attrs: "value_json.last_operation | tojson if value_json.last_operation else '{}'"},
+	{kind: kindTenant, key: "problem", platform: "binary_sensor", name: "Problem",
+		class: "problem", value: "value_json.problem"},
+	{kind: kindTenant, key: "talos_version", platform: "sensor", name: "Talos version",
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version"},
+	{kind: kindTenant, key: "kubernetes_version", platform: "sensor", name: "Kubernetes version",
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.kubernetes_version"},
+	{kind: kindTenant, key: "count", platform: "number", name: "nodes", perGroup: true,
+		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", set: setCount},
+	{kind: kindTenant, key: "apply", platform: "button", name: "Apply", icon: "mdi:play", action: ActionApply},
+	{kind: kindTenant, key: "plan", platform: "button", name: "Plan", icon: "mdi:clipboard-list", action: ActionPlan},
+	{kind: kindTenant, key: "cancel", platform: "button", name: "Cancel", icon: "mdi:stop", action: ActionCancel},
+	{kind: kindTenant, key: "auto_apply", platform: "switch", name: "Auto apply",
+		category: "config", icon: "mdi:auto-mode", value: "value_json.auto_apply",
+		topicSuffix: "auto_apply/set", set: setAutoApply},
+	{kind: kindTenant, key: "destroy_armed", platform: "switch", name: "Allow destroy",
+		category: "config", icon: "mdi:shield-alert", value: "value_json.destroy_armed",
+		topicSuffix: "destroy_armed/set", set: setDestroyArmed},
+	{kind: kindTenant, key: "destroy", platform: "button", name: "Destroy",
+		icon: "mdi:delete-alert", set: pressDestroy},
+
+	// node
+	{kind: kindNode, key: "stage", platform: "sensor", name: "Stage",
+		class: "enum", options: stageOptions, icon: "mdi:server", value: "value_json.stage"},
+	{kind: kindNode, key: "ready", platform: "binary_sensor", name: "Ready",
+		icon: "mdi:check-network", value: "value_json.ready"},
+	{kind: kindNode, key: "address", platform: "sensor", name: "Address",
+		category: "diagnostic", icon: "mdi:ip-network", value: "value_json.address"},
+	{kind: kindNode, key: "role", platform: "sensor", name: "Role",
+		category: "diagnostic", icon: "mdi:account-hard-hat", value: "value_json.role", disabled: true},
+	{kind: kindNode, key: "talos_version", platform: "sensor", name: "Talos version",
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version", disabled: true},
+	{kind: kindNode, key: "reboot", platform: "button", name: "Reboot",
+		class: "restart", action: ActionReboot},
+}
+
+// hasCommand reports whether the row takes commands.
+func (e *entity) hasCommand() bool {
+	switch e.platform {
+	case "button", "switch", "select", "number":
+		return true
+	}
+	return false
+}
+
+// compKey is the component id (and unique_id suffix) for a group.
+func (e *entity) compKey(group string) string {
+	if e.perGroup {
+		return slug(group) + "_" + e.key
+	}
+	return e.key
+}
+
+// displayName is the entity name for a group ("Workers nodes").
+func (e *entity) displayName(group string) string {
+	if e.perGroup {
+		return titleWord(group) + " " + e.name
+	}
+	return e.name
+}
+
+// valueTemplate wraps the row's expression.
+func (e *entity) valueTemplate(group string) string {
+	if e.value == "" {
+		return ""
+	}
+	v := e.value
+	if e.perGroup {
+		v = fmt.Sprintf(v, group)
+	}
+	switch e.platform {
+	case "binary_sensor", "switch":
+		return onOff(strings.TrimPrefix(v, "value_json."))
+	}
+	return "{{ " + v + " }}"
+}
+
+// titleWord makes a group name speakable: "workers" -> "Workers",
+// "gpu-pool" -> "Gpu pool", short ones spelled: "cp" -> "CP".
+func titleWord(s string) string {
+	s = strings.ReplaceAll(s, "-", " ")
+	if len(s) <= 3 {
+		return strings.ToUpper(s)
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// slug turns a name into [a-z0-9_].
+func slug(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,603 @@
+// Package hass connects rezuscloud to Home Assistant over MQTT
+// (DESIGN.md §4): device-based discovery for the bridge, every tenant and
+// every node, one retained JSON state document per device, availability with
+// a last will, republishing on Home Assistant's birth message and on every
+// reconnect, clean-up of stale retained discovery, entity commands and the
+// JSON request API. Everything a device shows or accepts is derived from one
+// entity table (entities.go).
+package hass
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// Options configure the bridge. Zero values take the defaults noted.
+type Options struct {
+	// URL of the broker: tcp://host:1883 or ssl://host:8883 (TLS with the
+	// system roots unless TLSConfig is set).
+	URL                string
+	Username, Password string
+	// ClientID defaults to "rezuscloud-<base topic>", unique per base.
+	ClientID string
+	// DiscoveryPrefix defaults to "homeassistant".
+	DiscoveryPrefix string
+	// BaseTopic defaults to "rezuscloud"; letters, digits, '_' and '-'.
+	BaseTopic string
+	// Version is the add-on version (origin sw_version, bridge state).
+	Version string
+	// SupportURL is the origin's support_url.
+	SupportURL string
+	// LogLevel is the initial value of the log level select (default info).
+	LogLevel string
+	// BirthDelay is the upper bound of the random delay before republishing
+	// after Home Assistant's birth message (default 5 s; < 0: none).
+	BirthDelay time.Duration
+	// ArmTimeout is how long "Allow destroy" stays on (default 60 s).
+	ArmTimeout time.Duration
+	// CleanupWindow is how long start-up reads retained discovery to find
+	// stale devices (default 3 s; < 0: no start-up clean-up).
+	CleanupWindow time.Duration
+	// ConnectTimeout bounds Start's wait for the first connection (default 30 s).
+	ConnectTimeout time.Duration
+	// MaxReconnectInterval caps the reconnect backoff (default 10 s).
+	MaxReconnectInterval time.Duration
+	// CommandTimeout bounds one Commander call (default 30 s).
+	CommandTimeout time.Duration
+	// KeepAlive is the MQTT keep-alive (default 30 s).
+	KeepAlive time.Duration
+	// TLSConfig overrides the TLS settings for ssl:// URLs.
+	TLSConfig *tls.Config
+}
+
+var baseRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (o *Options) defaults() error {
+	if o.DiscoveryPrefix == "" {
+		o.DiscoveryPrefix = "homeassistant"
+	}
+	if o.BaseTopic == "" {
+		o.BaseTopic = "rezuscloud"
+	}
+	if o.ClientID == "" {
+		o.ClientID = "rezuscloud-" + o.BaseTopic
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.SupportURL == "" {
+		o.SupportURL = "https://github.com/rezuscloud/rezuscloud"
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.BirthDelay, 5*time.Second)
+	def(&o.ArmTimeout, 60*time.Second)
+	def(&o.CleanupWindow, 3*time.Second)
+	def(&o.ConnectTimeout, 30*time.Second)
+	def(&o.MaxReconnectInterval, 10*time.Second)
+	def(&o.CommandTimeout, 30*time.Second)
+	def(&o.KeepAlive, 30*time.Second)
+	if !baseRE.MatchString(o.BaseTopic) {
+		return fmt.Errorf("mqtt base topic %q: use letters, digits, '_' and '-' only", o.BaseTopic)
+	}
+	if strings.ContainsAny(o.DiscoveryPrefix, "+#") || o.DiscoveryPrefix == "" {
+		return fmt.Errorf("discovery prefix %q is not a valid topic", o.DiscoveryPrefix)
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("mqtt url %q: want tcp://host:port or ssl://host:port", o.URL)
+	}
+	switch u.Scheme {
+	case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
+	default:
+		return fmt.Errorf("mqtt url %q: unsupported scheme %q", o.URL, u.Scheme)
+	}
+	return nil
+}
+
+// Bridge is the MQTT side of rezuscloud. Create it with New, then Start.
+// All methods are safe for concurrent use.
+type Bridge struct {
+	opts Options
+	cmd  Commander
+	log  *zap.Logger
+	err  error // from New (bad options), returned by Start
+
+	topics topics
+
+	client mqtt.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+	kick   chan struct{}
+	flushq chan chan error
+	wg     sync.WaitGroup
+	sem    chan struct{}
+
+	mu         sync.Mutex
+	started    bool
+	ready      bool // start-up clean-up done; sync may run
+	connected  bool
+	closed     bool
+	force      bool // next sync republishes everything
+	scanning   bool
+	scanned    map[string][]byte // retained discovery found at start-up
+	tenants    map[string]*tenant.Tenant
+	order      []string
+	tstatus    map[string]tenant.Status
+	nstatus    map[string]tenant.NodeStatus // by node name
+	autoApply  map[string]bool
+	armed      map[string]*time.Timer
+	operations int
+	logLevel   string
+	discovery  map[string][]byte // desired retained discovery by topic
+	states     map[string][]byte // desired retained state by topic
+	published  map[string][]byte // what the broker holds (as far as we know)
+	routes     map[string]route  // command topic -> entity row and device
+	filters    map[string]bool   // subscription filters wanted
+	subscribed map[string]bool   // subscription filters active on this connection
+	birthTimer *time.Timer
+}
+
+type route struct {
+	e *entity
+	r ref
+}
+
+// New makes a bridge. Bad options are reported by Start.
+func New(opts Options, cmd Commander, log *zap.Logger) *Bridge {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	err := opts.defaults()
+	b := &Bridge{
+		opts:       opts,
+		cmd:        cmd,
+		log:        log.Named("hass"),
+		err:        err,
+		topics:     topics{base: opts.BaseTopic, prefix: opts.DiscoveryPrefix},
+		kick:       make(chan struct{}, 1),
+		flushq:     make(chan chan error),
+		sem:        make(chan struct{}, 16),
+		tenants:    map[string]*tenant.Tenant{},
+		tstatus:    map[string]tenant.Status{},
+		nstatus:    map[string]tenant.NodeStatus{},
+		autoApply:  map[string]bool{},
+		armed:      map[string]*time.Timer{},
+		logLevel:   opts.LogLevel,
+		discovery:  map[string][]byte{},
+		states:     map[string][]byte{},
+		published:  map[string][]byte{},
+		routes:     map[string]route{},
+		filters:    map[string]bool{},
+		subscribed: map[string]bool{},
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.mu.Lock()
+	b.rebuildLocked()
+	b.mu.Unlock()
+	return b
+}
+
+// Start connects, waits for the first connection (bounded by ctx and
+// ConnectTimeout), reads retained discovery to find stale devices, then
+// publishes discovery and state. Afterwards the bridge reconnects on its own
+// until Close.
+func (b *Bridge) Start(ctx context.Context) error {
+	if b.err != nil {
+		return b.err
+	}
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return errors.New("hass: already started")
+	}
+	b.started = true
+	b.mu.Unlock()
+
+	o := mqtt.NewClientOptions().
+		AddBroker(b.opts.URL).
+		SetClientID(b.opts.ClientID).
+		SetUsername(b.opts.Username).
+		SetPassword(b.opts.Password).
+		SetCleanSession(true).
+		SetResumeSubs(false).
+		SetOrderMatters(false).
+		SetKeepAlive(b.opts.KeepAlive).
+		SetPingTimeout(10*time.Second).
+		SetConnectTimeout(10*time.Second).
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(b.opts.MaxReconnectInterval).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(time.Second).
+		SetWriteTimeout(10*time.Second).
+		SetBinaryWill(b.topics.availability(), []byte("offline"), 1, true).
+		SetDefaultPublishHandler(b.onMessage).
+		SetOnConnectHandler(func(mqtt.Client) { go b.onConnect() }).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			b.mu.Lock()
+			b.connected = false
+			b.subscribed = map[string]bool{}
+			b.mu.Unlock()
+			b.log.Warn("mqtt connection lost; reconnecting", zap.Error(err))
+		})
+	if b.opts.TLSConfig != nil {
+		o.SetTLSConfig(b.opts.TLSConfig)
+	} else {
+		o.SetTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
+	b.client = mqtt.NewClient(o)
+
+	b.wg.Add(1)
+	go b.publisher()
+
+	tok := b.client.Connect()
+	wait := time.NewTimer(b.opts.ConnectTimeout)
+	defer wait.Stop()
+	connected := make(chan struct{})
+	go func() {
+		for {
+			b.mu.Lock()
+			c := b.connected
+			b.mu.Unlock()
+			if c {
+				close(connected)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-wait.C:
+				return
+			case <-b.ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	select {
+	case <-connected:
+	case <-ctx.Done():
+		b.Close()
+		return ctx.Err()
+	case <-wait.C:
+		err := tok.Error()
+		b.Close()
+		if err == nil {
+			err = errors.New("timed out")
+		}
+		return fmt.Errorf("hass: connect to %s: %w", redactURL(b.opts.URL), err)
+	}
+
+	if b.opts.CleanupWindow > 0 {
+		if err := b.scanStale(ctx); err != nil {
+			b.log.Warn("start-up clean-up skipped", zap.Error(err))
+		}
+	}
+	b.mu.Lock()
+	b.ready = true
+	b.force = true
+	b.mu.Unlock()
+	b.trigger()
+	b.log.Info("connected to mqtt", zap.String("url", redactURL(b.opts.URL)), zap.String("base", b.opts.BaseTopic))
+	return nil
+}
+
+// Close publishes offline, disconnects and stops the bridge's goroutines.
+func (b *Bridge) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	for _, t := range b.armed {
+		t.Stop()
+	}
+	if b.birthTimer != nil {
+		b.birthTimer.Stop()
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	if b.client != nil {
+		if b.client.IsConnectionOpen() {
+			tok := b.client.Publish(b.topics.availability(), 1, true, "offline")
+			tok.WaitTimeout(2 * time.Second)
+		}
+		b.client.Disconnect(250)
+	}
+}
+
+// onConnect runs after every (re)connection: online, subscriptions, and a
+// full republish (the broker may have lost its retained messages).
+func (b *Bridge) onConnect() {
+	c := b.client
+	tok := c.Publish(b.topics.availability(), 1, true, "online")
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		b.log.Warn("publish online failed", zap.Error(tok.Error()))
+	}
+	b.mu.Lock()
+	b.subscribed = map[string]bool{}
+	b.mu.Unlock()
+	if err := b.syncSubscriptions(); err != nil {
+		b.log.Warn("subscribe failed", zap.Error(err))
+	}
+	b.mu.Lock()
+	b.connected = true
+	b.force = true
+	b.mu.Unlock()
+	b.log.Info("mqtt connected")
+	b.trigger()
+}
+
+// syncSubscriptions subscribes wanted filters and drops unwanted ones.
+func (b *Bridge) syncSubscriptions() error {
+	b.mu.Lock()
+	var add, drop []string
+	for f := range b.filters {
+		if !b.subscribed[f] {
+			add = append(add, f)
+		}
+	}
+	for f := range b.subscribed {
+		if !b.filters[f] {
+			drop = append(drop, f)
+		}
+	}
+	b.mu.Unlock()
+	if len(add) > 0 {
+		m := make(map[string]byte, len(add))
+		for _, f := range add {
+			m[f] = 1
+		}
+		tok := b.client.SubscribeMultiple(m, nil)
+		if !tok.WaitTimeout(10 * time.Second) {
+			return errors.New("subscribe timed out")
+		}
+		if err := tok.Error(); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		for _, f := range add {
+			b.subscribed[f] = true
+		}
+		b.mu.Unlock()
+	}
+	if len(drop) > 0 {
+		tok := b.client.Unsubscribe(drop...)
+		if tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
+			b.mu.Lock()
+			for _, f := range drop {
+				delete(b.subscribed, f)
+			}
+			b.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// trigger asks the publisher to sync soon.
+func (b *Bridge) trigger() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sync publishes what changed now and waits for the broker's
+// acknowledgements (or ctx). Without a connection it returns an error; the
+// changes are published after the next connect anyway.
+func (b *Bridge) Sync(ctx context.Context) error {
+	ch := make(chan error, 1)
+	select {
+	case b.flushq <- ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.ctx.Done():
+		return errors.New("hass: closed")
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *Bridge) publisher() {
+	defer b.wg.Done()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		var reply chan error
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.kick:
+		case reply = <-b.flushq:
+		case <-retry.C:
+		}
+		err := b.syncOnce()
+		if reply != nil {
+			reply <- err
+		}
+		if err != nil && !errors.Is(err, errNotReady) {
+			b.log.Debug("sync incomplete; retrying", zap.Error(err))
+			retry.Reset(2 * time.Second)
+		}
+	}
+}
+
+var errNotReady = errors.New("hass: not connected")
+
+type pub struct {
+	topic   string
+	payload []byte
+}
+
+// syncOnce publishes the difference between what is wanted (discovery and
+// state of the current devices) and what the broker holds: changed or new
+// messages, and empty retained payloads for what is gone.
+func (b *Bridge) syncOnce() error {
+	if err := b.syncSubscriptionsIfConnected(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if !b.connected || !b.ready {
+		b.mu.Unlock()
+		return errNotReady
+	}
+	force := b.force
+	b.force = false
+	var disc, state, clear []pub
+	for t, p := range b.discovery {
+		if old, ok := b.published[t]; force || !ok || string(old) != string(p) {
+			disc = append(disc, pub{t, p})
+		}
+	}
+	for t, p := range b.states {
+		if old, ok := b.published[t]; force || !ok || string(old) != string(p) {
+			state = append(state, pub{t, p})
+		}
+	}
+	for t := range b.published {
+		if _, ok := b.discovery[t]; ok {
+			continue
+		}
+		if _, ok := b.states[t]; ok {
+			continue
+		}
+		clear = append(clear, pub{t, nil})
+	}
+	b.mu.Unlock()
+
+	// Order: removals' discovery first (so no entity reads a cleared state),
+	// then new discovery, then states.
+	sortPubs(clear, b.topics.prefix+"/")
+	var firstErr error
+	send := func(ps []pub) {
+		// Publishing while paho reconnects stores the message and resends
+		// it on the new connection; it is republished by onConnect anyway.
+		if !b.client.IsConnectionOpen() {
+			if firstErr == nil {
+				firstErr = errNotReady
+			}
+			if force {
+				b.mu.Lock()
+				b.force = true
+				b.mu.Unlock()
+			}
+			return
+		}
+		toks := make([]mqtt.Token, len(ps))
+		for i, p := range ps {
+			toks[i] = b.client.Publish(p.topic, 1, true, p.payload)
+		}
+		for i, tok := range toks {
+			ok := tok.WaitTimeout(10 * time.Second)
+			err := tok.Error()
+			if !ok && err == nil {
+				err = errors.New("publish timed out")
+			}
+			b.mu.Lock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				if force {
+					b.force = true
+				}
+			} else if ps[i].payload == nil {
+				delete(b.published, ps[i].topic)
+			} else {
+				b.published[ps[i].topic] = ps[i].payload
+			}
+			b.mu.Unlock()
+		}
+	}
+	send(clear)
+	send(disc)
+	send(state)
+	if len(clear)+len(disc)+len(state) > 0 {
+		b.log.Debug("mqtt sync", zap.Int("cleared", len(clear)), zap.Int("discovery", len(disc)),
+			zap.Int("state", len(state)), zap.Bool("full", force))
+	}
+	return firstErr
+}
+
+func (b *Bridge) syncSubscriptionsIfConnected() error {
+	b.mu.Lock()
+	c := b.connected
+	b.mu.Unlock()
+	if !c {
+		return errNotReady
+	}
+	return b.syncSubscriptions()
+}
+
+// sortPubs puts topics with the prefix (discovery) first.
+func sortPubs(ps []pub, prefix string) {
+	i := 0
+	for j := range ps {
+		if strings.HasPrefix(ps[j].topic, prefix) {
+			ps[i], ps[j] = ps[j], ps[i]
+			i++
+		}
+	}
+}
+
+// republishAll republishes discovery and every state.
+func (b *Bridge) republishAll() {
+	b.mu.Lock()
+	b.force = true
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// onBirth schedules a republish after Home Assistant (re)started.
+func (b *Bridge) onBirth() {
+	d := time.Duration(0)
+	if b.opts.BirthDelay > 0 {
+		d = time.Duration(rand.Int64N(int64(b.opts.BirthDelay) + 1))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	if b.birthTimer != nil {
+		b.birthTimer.Stop()
+	}
+	b.log.Info("home assistant online; republishing", zap.Duration("after", d))
+	b.birthTimer = time.AfterFunc(d, b.republishAll)
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "<invalid url>"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	return u.String()
+}

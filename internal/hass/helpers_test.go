@@ -1,0 +1,373 @@
+package hass
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
+)
+
+// fakeCmd is a Commander that records calls.
+type fakeCmd struct {
+	mu    sync.Mutex
+	calls []string
+	fail  error
+	ch    chan string
+}
+
+func newFakeCmd() *fakeCmd { return &fakeCmd{ch: make(chan string, 100)} }
+
+func (f *fakeCmd) rec(format string, a ...any) (any, error) {
+	s := fmt.Sprintf(format, a...)
+	f.mu.Lock()
+	f.calls = append(f.calls, s)
+	err := f.fail
+	f.mu.Unlock()
+	select {
+	case f.ch <- s:
+	default:
+	}
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"call": s}, nil
+}
+
+func (f *fakeCmd) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeCmd) Apply(_ context.Context, t string) (any, error)  { return f.rec("apply %s", t) }
+func (f *fakeCmd) Plan(_ context.Context, t string) (any, error)   { return f.rec("plan %s", t) }
+func (f *fakeCmd) Cancel(_ context.Context, t string) (any, error) { return f.rec("cancel %s", t) }
+func (f *fakeCmd) Destroy(_ context.Context, t, c string) (any, error) {
+	return f.rec("destroy %s %s", t, c)
+}
+func (f *fakeCmd) Scale(_ context.Context, t, g string, n int) (any, error) {
+	return f.rec("scale %s %s %d", t, g, n)
+}
+func (f *fakeCmd) Bootstrap(_ context.Context, t string) (any, error) {
+	return f.rec("bootstrap %s", t)
+}
+func (f *fakeCmd) Reboot(_ context.Context, t, n string) (any, error) {
+	return f.rec("reboot %s %s", t, n)
+}
+func (f *fakeCmd) SetAutoApply(_ context.Context, t string, on bool) (any, error) {
+	return f.rec("auto_apply %s %v", t, on)
+}
+func (f *fakeCmd) Reload(context.Context) (any, error) { return f.rec("reload") }
+func (f *fakeCmd) SetLogLevel(l string) error          { _, err := f.rec("log_level %s", l); return err }
+
+// waitCall waits for a call with the prefix.
+func (f *fakeCmd) waitCall(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case c := <-f.ch:
+			if c == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("call %q not made; calls: %q", want, f.Calls())
+		}
+	}
+}
+
+// noCall checks that no call arrives for a while.
+func (f *fakeCmd) noCall(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case c := <-f.ch:
+		t.Fatalf("unexpected call %q", c)
+	case <-time.After(d):
+	}
+}
+
+func labTenant() *tenant.Tenant {
+	return &tenant.Tenant{
+		Name: "lab", DisplayName: "Lab", Provider: tenant.ProviderMetal,
+		TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0",
+		NodeGroups: []tenant.NodeGroup{
+			{Name: "cp", Role: tenant.RoleControlPlane, Count: 1, Machines: []tenant.Machine{{Address: "192.168.1.21", InstallDisk: "/dev/sda"}}},
+			{Name: "workers", Role: tenant.RoleWorker, Count: 2, Machines: []tenant.Machine{
+				{Address: "192.168.1.31", InstallDisk: "/dev/sda"}, {Address: "192.168.1.32", InstallDisk: "/dev/sda"},
+				{Address: "192.168.1.33", InstallDisk: "/dev/sda"}}},
+		},
+	}
+}
+
+func cloudTenant(name string, workers int) *tenant.Tenant {
+	return &tenant.Tenant{
+		Name: name, Provider: tenant.ProviderOCI,
+		TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0",
+		OCI: &tenant.OCI{CompartmentOCID: "ocid1.compartment.oc1..x", Region: "eu-frankfurt-1"},
+		NodeGroups: []tenant.NodeGroup{
+			{Name: "cp", Role: tenant.RoleControlPlane, Count: 1},
+			{Name: "workers", Role: tenant.RoleWorker, Count: workers},
+		},
+	}
+}
+
+func fastOptions(url string) Options {
+	return Options{
+		URL:                  url,
+		BaseTopic:            "rezuscloud",
+		Version:              "1.2.3",
+		BirthDelay:           time.Millisecond,
+		ArmTimeout:           400 * time.Millisecond,
+		CleanupWindow:        300 * time.Millisecond,
+		ConnectTimeout:       5 * time.Second,
+		MaxReconnectInterval: 300 * time.Millisecond,
+	}
+}
+
+// startBridge starts a bridge with tenants declared before Start.
+func startBridge(t testing.TB, opts Options, cmd Commander, ts []*tenant.Tenant, tweak ...func(*Bridge)) *Bridge {
+	t.Helper()
+	var log *zap.Logger
+	if tt, ok := t.(*testing.T); ok {
+		log = zaptest.NewLogger(tt, zaptest.Level(zap.WarnLevel))
+	} else {
+		log = zap.NewNop()
+	}
+	b := New(opts, cmd, log)
+	for _, f := range tweak {
+		f(b)
+	}
+	b.SetTenants(ts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Sync(ctx); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	return b
+}
+
+type msg struct {
+	topic    string
+	payload  []byte
+	retained bool
+	at       time.Time
+}
+
+// observer is an independent MQTT client that records everything.
+type observer struct {
+	c    mqtt.Client
+	mu   sync.Mutex
+	last map[string]msg // by topic: last message (retained or not)
+	all  []msg
+	ch   chan msg
+}
+
+func newObserver(t testing.TB, url string, filters ...string) *observer {
+	t.Helper()
+	o := &observer{last: map[string]msg{}, ch: make(chan msg, 10000)}
+	opts := mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("observer-%d", time.Now().UnixNano())).
+		SetAutoReconnect(false).SetOrderMatters(true)
+	o.c = mqtt.NewClient(opts)
+	if tok := o.c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("observer connect: %v", tok.Error())
+	}
+	if len(filters) == 0 {
+		filters = []string{"#"}
+	}
+	m := map[string]byte{}
+	for _, f := range filters {
+		m[f] = 1
+	}
+	tok := o.c.SubscribeMultiple(m, func(_ mqtt.Client, mm mqtt.Message) {
+		x := msg{mm.Topic(), append([]byte(nil), mm.Payload()...), mm.Retained(), time.Now()}
+		o.mu.Lock()
+		o.last[x.topic] = x
+		o.all = append(o.all, x)
+		o.mu.Unlock()
+		select {
+		case o.ch <- x:
+		default:
+		}
+	})
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("observer subscribe: %v", tok.Error())
+	}
+	t.Cleanup(func() { o.c.Disconnect(50) })
+	return o
+}
+
+func (o *observer) get(topic string) (msg, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m, ok := o.last[topic]
+	return m, ok
+}
+
+func (o *observer) snapshot() map[string]msg {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]msg, len(o.last))
+	for k, v := range o.last {
+		out[k] = v
+	}
+	return out
+}
+
+func (o *observer) count(topic string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, m := range o.all {
+		if m.topic == topic {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitPayload waits until topic's last payload satisfies ok.
+func (o *observer) waitPayload(t testing.TB, topic string, d time.Duration, ok func([]byte) bool) msg {
+	t.Helper()
+	var m msg
+	waitFor(t, d, "message on "+topic, func() bool {
+		var has bool
+		m, has = o.get(topic)
+		return has && ok(m.payload)
+	})
+	return m
+}
+
+func publish(t testing.TB, url, topic string, payload []byte, retained bool) {
+	t.Helper()
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("pub-%d", time.Now().UnixNano())))
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publisher connect: %v", tok.Error())
+	}
+	defer c.Disconnect(50)
+	if tok := c.Publish(topic, 1, retained, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+}
+
+// proxy is a TCP proxy in front of the broker whose connections a test
+// can cut (RST both ways: the client gets an error, the broker sees a
+// connection lost without DISCONNECT) and whose new connections it can
+// refuse (the client stays dead).
+type proxy struct {
+	ln     net.Listener
+	target string
+	refuse atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newProxy(t testing.TB, brokerURL string) *proxy {
+	t.Helper()
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: u.Host}
+	go p.serve()
+	t.Cleanup(func() { _ = ln.Close(); p.cut() })
+	return p
+}
+
+func (p *proxy) URL() string { return "tcp://" + p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.refuse.Load() {
+			_ = c.Close()
+			continue
+		}
+		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+	}
+}
+
+// cut resets every proxied connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func broker(t testing.TB) *testenv.Mosquitto { return testenv.StartMosquitto(t) }
+
+func isDiscovery(topic string) bool { return strings.HasPrefix(topic, "homeassistant/device/") }
+
+// mark returns the number of messages seen so far (for waitSequence).
+func (o *observer) mark() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.all)
+}
+
+// waitSequence waits until the payloads appear in order on topic among the
+// messages seen after mark.
+func (o *observer) waitSequence(t testing.TB, topic string, mark int, d time.Duration, payloads ...string) {
+	t.Helper()
+	waitFor(t, d, fmt.Sprintf("%v on %s", payloads, topic), func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		i := 0
+		for _, x := range o.all[mark:] {
+			if x.topic == topic && i < len(payloads) && string(x.payload) == payloads[i] {
+				i++
+			}
+		}
+		return i == len(payloads)
+	})
+}

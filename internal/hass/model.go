@@ -1,0 +1,406 @@
+package hass
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// topics derives every topic and id from the base topic and the prefix.
+type topics struct {
+	base   string
+	prefix string
+}
+
+func (t topics) availability() string { return t.base + "/bridge/availability" }
+func (t topics) event() string        { return t.base + "/bridge/event" }
+func (t topics) birth() string        { return t.prefix + "/status" }
+func (t topics) request(a string) string {
+	return t.base + "/bridge/request/" + a
+}
+func (t topics) response(a string) string {
+	return t.base + "/bridge/response/" + a
+}
+
+// deviceID is the device identifier (and discovery object id).
+func (t topics) deviceID(k kind, r ref) string {
+	switch k {
+	case kindTenant:
+		return t.base + "_" + r.tenant
+	case kindNode:
+		return t.base + "_" + r.tenant + "_" + nodeSuffix(r.tenant, r.node)
+	}
+	return t.base + "_bridge"
+}
+
+// nodeSuffix strips "<tenant>-" from a node name.
+func nodeSuffix(tenantName, node string) string {
+	if s, ok := strings.CutPrefix(node, tenantName+"-"); ok && s != "" {
+		return s
+	}
+	return node
+}
+
+func (t topics) discovery(k kind, r ref) string {
+	return t.prefix + "/device/" + t.deviceID(k, r) + "/config"
+}
+
+// root is the topic root of a device's state and commands.
+func (t topics) root(k kind, r ref) string {
+	switch k {
+	case kindTenant:
+		return t.base + "/" + r.tenant
+	case kindNode:
+		return t.base + "/" + r.tenant + "/" + r.node
+	}
+	return t.base + "/bridge"
+}
+
+func (t topics) state(k kind, r ref) string { return t.root(k, r) + "/state" }
+
+// commandTopic: buttons <root>/<key>; numbers <base>/<tenant>/<group>/count/set;
+// others <root>/<suffix>.
+func (t topics) command(e *entity, r ref) string {
+	switch {
+	case e.perGroup:
+		return t.root(e.kind, r) + "/" + r.group + "/" + e.topicSuffix
+	case e.topicSuffix != "":
+		return t.root(e.kind, r) + "/" + e.topicSuffix
+	}
+	return t.root(e.kind, r) + "/" + e.key
+}
+
+// rebuildLocked recomputes discovery payloads, state documents, command
+// routes and subscription filters from the tenants. Callers hold b.mu.
+func (b *Bridge) rebuildLocked() {
+	disc := make(map[string][]byte, len(b.discovery))
+	states := make(map[string][]byte, len(b.states))
+	routes := make(map[string]route, len(b.routes))
+	filters := map[string]bool{b.topics.birth(): true, b.topics.request("+"): true}
+
+	add := func(k kind, r ref, t *tenant.Tenant, n *tenant.Node) {
+		disc[b.topics.discovery(k, r)] = b.discoveryPayload(k, r, t, n)
+		states[b.topics.state(k, r)] = b.stateDoc(k, r, t)
+		for i := range entities {
+			e := &entities[i]
+			if e.kind != k || !e.hasCommand() {
+				continue
+			}
+			if e.perGroup {
+				for _, g := range t.NodeGroups {
+					rg := r
+					rg.group = g.Name
+					routes[b.topics.command(e, rg)] = route{e, rg}
+				}
+				continue
+			}
+			routes[b.topics.command(e, r)] = route{e, r}
+		}
+	}
+	add(kindBridge, ref{}, nil, nil)
+	for _, name := range b.order {
+		t := b.tenants[name]
+		r := ref{tenant: name}
+		add(kindTenant, r, t, nil)
+		for _, n := range t.Nodes() {
+			n := n
+			add(kindNode, ref{tenant: name, node: n.Name, group: n.Group}, t, &n)
+		}
+	}
+	// Filters: bridge and tenant commands as wildcards over tenants; node
+	// commands per tenant, so that no filter overlaps the request filter
+	// (<base>/+/+/reboot would also match <base>/bridge/request/reboot).
+	for i := range entities {
+		e := &entities[i]
+		if !e.hasCommand() {
+			continue
+		}
+		switch e.kind {
+		case kindBridge:
+			filters[b.topics.command(e, ref{})] = true
+		case kindTenant:
+			filters[b.topics.command(e, ref{tenant: "+", group: "+"})] = true
+		case kindNode:
+			for _, name := range b.order {
+				filters[b.topics.command(e, ref{tenant: name, node: "+"})] = true
+			}
+		}
+	}
+	if b.scanning {
+		filters[b.topics.prefix+"/device/+/config"] = true
+	}
+	b.discovery, b.states, b.routes, b.filters = disc, states, routes, filters
+}
+
+// refreshStateLocked recomputes one device's state document.
+func (b *Bridge) refreshStateLocked(k kind, r ref) {
+	var t *tenant.Tenant
+	if k != kindBridge {
+		t = b.tenants[r.tenant]
+		if t == nil {
+			return
+		}
+	}
+	b.states[b.topics.state(k, r)] = b.stateDoc(k, r, t)
+}
+
+// SetTenants declares the tenants shown in Home Assistant. New tenants and
+// nodes appear (nodes with stage pending), changed ones are updated, and the
+// devices of tenants and nodes no longer declared are removed at once
+// (empty retained discovery and state). A tenant named "bridge" cannot be
+// shown (its topics would be the bridge's) and is skipped with an error log.
+func (b *Bridge) SetTenants(ts []*tenant.Tenant) {
+	b.mu.Lock()
+	b.tenants = make(map[string]*tenant.Tenant, len(ts))
+	b.order = b.order[:0]
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		if t.Name == "bridge" {
+			b.log.Error(`tenant name "bridge" is reserved for the add-on's own device; not shown`)
+			continue
+		}
+		if !nameRE.MatchString(t.Name) {
+			b.log.Error("tenant name is not a DNS label; not shown", zap.String("tenant", t.Name))
+			continue
+		}
+		if _, dup := b.tenants[t.Name]; dup {
+			continue
+		}
+		b.tenants[t.Name] = t
+		b.order = append(b.order, t.Name)
+		b.autoApply[t.Name] = t.AutoApply
+	}
+	slices.Sort(b.order)
+	for name, tm := range b.armed {
+		if b.tenants[name] == nil {
+			tm.Stop()
+			delete(b.armed, name)
+		}
+	}
+	for name := range b.autoApply {
+		if b.tenants[name] == nil {
+			delete(b.autoApply, name)
+			delete(b.tstatus, name)
+		}
+	}
+	for node, ns := range b.nstatus {
+		t := b.tenants[nodeTenant(node, b.tenants)]
+		if t == nil {
+			delete(b.nstatus, node)
+			continue
+		}
+		if _, ok := t.Node(node); !ok {
+			delete(b.nstatus, node)
+		}
+		_ = ns
+	}
+	b.rebuildLocked()
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// nodeTenant finds the tenant a node name belongs to.
+func nodeTenant(node string, ts map[string]*tenant.Tenant) string {
+	best := ""
+	for name := range ts {
+		if strings.HasPrefix(node, name+"-") && len(name) > len(best) {
+			best = name
+		}
+	}
+	return best
+}
+
+// SetTenantStatus updates a tenant's state document (published if changed).
+func (b *Bridge) SetTenantStatus(name string, st tenant.Status) {
+	b.mu.Lock()
+	if b.tenants[name] == nil {
+		b.mu.Unlock()
+		return
+	}
+	b.tstatus[name] = st
+	b.refreshStateLocked(kindTenant, ref{tenant: name})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// SetNodeStatus updates a node's state document (published if changed).
+func (b *Bridge) SetNodeStatus(tenantName, node string, st tenant.NodeStatus) {
+	b.mu.Lock()
+	t := b.tenants[tenantName]
+	if t == nil {
+		b.mu.Unlock()
+		return
+	}
+	n, ok := t.Node(node)
+	if !ok {
+		b.mu.Unlock()
+		return
+	}
+	b.nstatus[node] = st
+	b.refreshStateLocked(kindNode, ref{tenant: tenantName, node: node, group: n.Group})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// SetBridgeStatus updates the number of running operations.
+func (b *Bridge) SetBridgeStatus(operations int) {
+	b.mu.Lock()
+	b.operations = operations
+	b.refreshStateLocked(kindBridge, ref{})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// PublishOperation fires the bridge's operation event entity (not retained).
+func (b *Bridge) PublishOperation(ev tenant.OperationEvent) {
+	doc := struct {
+		EventType string   `json:"event_type"`
+		Tenant    string   `json:"tenant"`
+		Operation string   `json:"operation"`
+		Message   string   `json:"message"`
+		At        string   `json:"at"`
+		Duration  *float64 `json:"duration_s,omitempty"`
+	}{string(ev.Result), ev.Tenant, ev.Name, ev.Message, isoTime(ev.At), nil}
+	if ev.Duration > 0 {
+		d := ev.Duration.Seconds()
+		doc.Duration = &d
+	}
+	if !slices.Contains(eventTypes, doc.EventType) {
+		b.log.Warn("operation event with unknown result not published", zap.String("result", doc.EventType))
+		return
+	}
+	p, _ := json.Marshal(doc)
+	b.mu.Lock()
+	ok := b.connected && b.client != nil
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	b.client.Publish(b.topics.event(), 1, false, p)
+}
+
+// isoTime is ISO 8601 with a numeric offset ("+00:00" for UTC).
+func isoTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format("2006-01-02T15:04:05.000-07:00")
+}
+
+// State documents.
+
+type bridgeDoc struct {
+	Version    string `json:"version"`
+	Operations int    `json:"operations"`
+	Tenants    int    `json:"tenants"`
+	LogLevel   string `json:"log_level"`
+}
+
+type lastOpDoc struct {
+	Name    string `json:"name"`
+	Result  string `json:"result"`
+	At      string `json:"at"`
+	Message string `json:"message"`
+}
+
+type tenantDoc struct {
+	Phase             tenant.Phase   `json:"phase"`
+	NodesReady        int            `json:"nodes_ready"`
+	NodesTotal        int            `json:"nodes_total"`
+	Progress          int            `json:"progress"`
+	Pending           tenant.Changes `json:"pending"`
+	Operation         *string        `json:"operation"`
+	LastOperation     *lastOpDoc     `json:"last_operation"`
+	Problem           bool           `json:"problem"`
+	TalosVersion      string         `json:"talos_version"`
+	KubernetesVersion string         `json:"kubernetes_version"`
+	Provider          string         `json:"provider"`
+	AutoApply         bool           `json:"auto_apply"`
+	DestroyArmed      bool           `json:"destroy_armed"`
+	Counts            map[string]int `json:"counts"`
+}
+
+type nodeDoc struct {
+	Stage        tenant.Stage `json:"stage"`
+	Ready        bool         `json:"ready"`
+	Address      *string      `json:"address"`
+	Role         tenant.Role  `json:"role"`
+	Group        string       `json:"group"`
+	TalosVersion *string      `json:"talos_version"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// stateDoc renders a device's state document. Callers hold b.mu.
+func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
+	var v any
+	switch k {
+	case kindBridge:
+		v = bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel}
+	case kindTenant:
+		st, ok := b.tstatus[r.tenant]
+		if !ok {
+			st = tenant.Status{Phase: tenant.PhaseAbsent}
+		}
+		if st.Phase == "" {
+			st.Phase = tenant.PhaseAbsent
+		}
+		d := tenantDoc{
+			Phase: st.Phase, NodesReady: st.NodesReady, NodesTotal: st.NodesTotal,
+			Progress: min(max(st.Progress, 0), 100), Pending: st.Pending, Operation: st.Operation,
+			Problem: st.Problem, TalosVersion: st.TalosVersion, KubernetesVersion: st.KubernetesVersion,
+			Provider: string(t.Provider), AutoApply: b.autoApply[r.tenant], DestroyArmed: b.armed[r.tenant] != nil,
+			Counts: make(map[string]int, len(t.NodeGroups)),
+		}
+		if !ok {
+			d.NodesTotal = len(t.Nodes())
+		}
+		if d.TalosVersion == "" {
+			d.TalosVersion = t.TalosVersion
+		}
+		if d.KubernetesVersion == "" {
+			d.KubernetesVersion = t.KubernetesVersion
+		}
+		if lo := st.LastOperation; lo != nil {
+			d.LastOperation = &lastOpDoc{Name: lo.Name, Result: string(lo.Result), At: isoTime(lo.At), Message: lo.Message}
+		}
+		for _, g := range t.NodeGroups {
+			d.Counts[g.Name] = g.Count
+		}
+		v = d
+	case kindNode:
+		n, _ := t.Node(r.node)
+		ns, ok := b.nstatus[r.node]
+		if !ok {
+			ns = tenant.NodeStatus{Stage: tenant.StagePending}
+			if n.Machine != nil {
+				ns.Address = n.Machine.Address
+			}
+		}
+		if ns.Stage == "" {
+			ns.Stage = tenant.StagePending
+		}
+		if ns.Role == "" {
+			ns.Role = n.Role
+		}
+		if ns.Group == "" {
+			ns.Group = n.Group
+		}
+		v = nodeDoc{Stage: ns.Stage, Ready: ns.Ready, Address: strOrNil(ns.Address), Role: ns.Role,
+			Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion)}
+	}
+	p, _ := json.Marshal(v)
+	return p
+}

@@ -1,0 +1,358 @@
+package hass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// MaxPayload is the largest command or request payload accepted (64 KiB).
+const MaxPayload = 64 << 10
+
+// Request actions (DESIGN.md §4, contract; auto_apply and log_level are
+// additions that mirror the switch and the select).
+const (
+	ActionApply     = "apply"
+	ActionPlan      = "plan"
+	ActionCancel    = "cancel"
+	ActionDestroy   = "destroy"
+	ActionScale     = "scale"
+	ActionBootstrap = "bootstrap"
+	ActionReboot    = "reboot"
+	ActionReload    = "reload"
+	ActionAutoApply = "auto_apply"
+	ActionLogLevel  = "log_level"
+)
+
+// field bits: which request fields an action takes.
+const (
+	fTenant = 1 << iota
+	fGroup
+	fCount
+	fNode
+	fConfirm
+	fEnabled
+	fLevel
+)
+
+var actionFields = map[string]int{
+	ActionApply:     fTenant,
+	ActionPlan:      fTenant,
+	ActionCancel:    fTenant,
+	ActionDestroy:   fTenant | fConfirm,
+	ActionScale:     fTenant | fGroup | fCount,
+	ActionBootstrap: fTenant,
+	ActionReboot:    fTenant | fNode,
+	ActionReload:    0,
+	ActionAutoApply: fTenant | fEnabled,
+	ActionLogLevel:  fLevel,
+}
+
+// Actions lists the request actions, sorted.
+func Actions() []string {
+	out := make([]string, 0, len(actionFields))
+	for a := range actionFields {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Commander is what the bridge needs from the engine. Every call validates
+// nothing that the bridge has already checked (tenant, group, node exist;
+// count within bounds; destroy confirmed) but may refuse for its own
+// reasons; the error text is shown to the user. The returned data, when
+// not nil, is sent as the response's data (JSON).
+type Commander interface {
+	Apply(ctx context.Context, tenant string) (any, error)
+	Plan(ctx context.Context, tenant string) (any, error)
+	Cancel(ctx context.Context, tenant string) (any, error)
+	Destroy(ctx context.Context, tenant, confirm string) (any, error)
+	Scale(ctx context.Context, tenant, group string, count int) (any, error)
+	Bootstrap(ctx context.Context, tenant string) (any, error)
+	Reboot(ctx context.Context, tenant, node string) (any, error)
+	SetAutoApply(ctx context.Context, tenant string, enabled bool) (any, error)
+	Reload(ctx context.Context) (any, error)
+	SetLogLevel(level string) error
+}
+
+// Request is a decoded, syntactically valid request. The same type serves
+// the MQTT request API and any other transport (WebSocket events).
+type Request struct {
+	Action      string          `json:"-"`
+	Tenant      string          `json:"tenant,omitempty"`
+	Group       string          `json:"group,omitempty"`
+	Count       *int            `json:"count,omitempty"`
+	Node        string          `json:"node,omitempty"`
+	Confirm     string          `json:"confirm,omitempty"`
+	Enabled     *bool           `json:"enabled,omitempty"`
+	Level       string          `json:"level,omitempty"`
+	Transaction json.RawMessage `json:"transaction,omitempty"`
+}
+
+// Response is the answer to a request:
+// {"status":"ok"|"error","data":…,"error":"…","transaction":…}.
+type Response struct {
+	Status      string          `json:"status"`
+	Data        any             `json:"data"`
+	Error       string          `json:"error,omitempty"`
+	Transaction json.RawMessage `json:"transaction,omitempty"`
+}
+
+// OK reports whether the response is a success.
+func (r Response) OK() bool { return r.Status == "ok" }
+
+// ErrorResponse is the error answer to req (whose Transaction is echoed).
+func ErrorResponse(req Request, err error) Response {
+	return Response{Status: "error", Data: struct{}{}, Error: err.Error(), Transaction: req.Transaction}
+}
+
+func okResponse(req Request, data any) Response {
+	if data == nil {
+		data = struct{}{}
+	}
+	return Response{Status: "ok", Data: data, Transaction: req.Transaction}
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	errNull = errors.New("null")
+)
+
+// DecodeRequest decodes and checks the payload of request action. It checks
+// everything that does not depend on the current tenants: size, UTF-8, JSON
+// object shape, known action, known and applicable fields, required fields,
+// field syntax. An empty payload is an empty object. Even on error, the
+// returned Request carries the transaction when one could be read, so that
+// the error response can echo it.
+func DecodeRequest(action string, payload []byte) (Request, error) {
+	req := Request{Action: action}
+	if len(payload) > MaxPayload {
+		return req, fmt.Errorf("payload is %d bytes, more than the limit of %d", len(payload), MaxPayload)
+	}
+	if !utf8.Valid(payload) {
+		return req, errors.New("payload is not valid UTF-8")
+	}
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) == 0 {
+		trimmed = []byte("{}")
+	}
+	// Best effort: find the transaction first so errors can echo it.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &raw); err != nil {
+		if bytes.HasPrefix(trimmed, []byte("{")) {
+			return req, fmt.Errorf("malformed JSON: %v", err)
+		}
+		return req, errors.New("payload must be a JSON object")
+	}
+	if raw == nil {
+		return req, errors.New("payload must be a JSON object")
+	}
+	if tr, ok := raw["transaction"]; ok && len(tr) > 0 && !bytes.Equal(tr, []byte("null")) {
+		req.Transaction = append(json.RawMessage(nil), tr...)
+	}
+	fields, ok := actionFields[action]
+	if !ok {
+		return req, fmt.Errorf("unknown action %q (known: %s)", action, strings.Join(Actions(), ", "))
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	var body struct {
+		Tenant      *string         `json:"tenant"`
+		Group       *string         `json:"group"`
+		Count       json.RawMessage `json:"count"`
+		Node        *string         `json:"node"`
+		Confirm     *string         `json:"confirm"`
+		Enabled     *bool           `json:"enabled"`
+		Level       *string         `json:"level"`
+		Transaction json.RawMessage `json:"transaction"`
+	}
+	if err := dec.Decode(&body); err != nil {
+		return req, fmt.Errorf("bad request: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("bad request: data after the JSON object")
+	}
+	present := func(bit int, set bool, name string) error {
+		switch {
+		case set && fields&bit == 0:
+			return fmt.Errorf("field %q does not apply to action %q", name, action)
+		case !set && fields&bit != 0:
+			return fmt.Errorf("action %q needs field %q", action, name)
+		}
+		return nil
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	for _, c := range []struct {
+		bit  int
+		set  bool
+		name string
+	}{
+		{fTenant, body.Tenant != nil, "tenant"},
+		{fGroup, body.Group != nil, "group"},
+		{fCount, len(body.Count) > 0, "count"},
+		{fNode, body.Node != nil, "node"},
+		{fConfirm, body.Confirm != nil, "confirm"},
+		{fEnabled, body.Enabled != nil, "enabled"},
+		{fLevel, body.Level != nil, "level"},
+	} {
+		if err := present(c.bit, c.set, c.name); err != nil {
+			return req, err
+		}
+	}
+	req.Tenant, req.Group, req.Node = str(body.Tenant), str(body.Group), str(body.Node)
+	req.Confirm, req.Level, req.Enabled = str(body.Confirm), str(body.Level), body.Enabled
+	if fields&fCount != 0 {
+		n, err := parseCount(string(body.Count))
+		if err != nil {
+			return req, err
+		}
+		req.Count = &n
+	}
+	return req, checkFields(req)
+}
+
+// checkFields checks the fields an action needs, whatever built the request.
+func checkFields(req Request) error {
+	fields, ok := actionFields[req.Action]
+	if !ok {
+		return fmt.Errorf("unknown action %q (known: %s)", req.Action, strings.Join(Actions(), ", "))
+	}
+	if fields&fTenant != 0 && !nameRE.MatchString(req.Tenant) {
+		return fmt.Errorf("tenant %q is not a valid tenant name", req.Tenant)
+	}
+	if fields&fGroup != 0 && !nameRE.MatchString(req.Group) {
+		return fmt.Errorf("group %q is not a valid group name", req.Group)
+	}
+	if fields&fNode != 0 && !nameRE.MatchString(req.Node) {
+		return fmt.Errorf("node %q is not a valid node name", req.Node)
+	}
+	if fields&fConfirm != 0 && req.Confirm == "" {
+		return errors.New("destroy needs confirm set to the tenant name")
+	}
+	if fields&fLevel != 0 && !slices.Contains(LogLevels, req.Level) {
+		return fmt.Errorf("level %q is not one of %s", req.Level, strings.Join(LogLevels, ", "))
+	}
+	if fields&fCount != 0 && (req.Count == nil || *req.Count < 0) {
+		return errors.New("count must be a whole number >= 0")
+	}
+	if fields&fEnabled != 0 && req.Enabled == nil {
+		return errors.New("enabled must be true or false")
+	}
+	return nil
+}
+
+// parseCount accepts a JSON number (or a number in a string, as Home
+// Assistant's number entity sends "3" or "3.0") that is a whole number.
+func parseCount(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = strings.TrimSpace(s[1 : len(s)-1])
+	}
+	if s == "null" {
+		return 0, fmt.Errorf("count must be a number: %w", errNull)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("count %s is not a number", truncate(s, 40))
+	}
+	if f != math.Trunc(f) {
+		return 0, fmt.Errorf("count %s is not a whole number", truncate(s, 40))
+	}
+	if f < 0 || f > 1e6 {
+		return 0, fmt.Errorf("count %s is out of range", truncate(s, 40))
+	}
+	return int(f), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// validate checks req against the current tenants.
+func validate(req Request, tenants map[string]*tenant.Tenant) error {
+	fields := actionFields[req.Action]
+	if fields&fTenant == 0 {
+		return nil
+	}
+	t := tenants[req.Tenant]
+	if t == nil {
+		return fmt.Errorf("unknown tenant %q", req.Tenant)
+	}
+	switch req.Action {
+	case ActionDestroy:
+		if req.Confirm != t.Name {
+			return fmt.Errorf("destroy not confirmed: confirm must be the tenant name %q", t.Name)
+		}
+	case ActionScale:
+		g := t.Group(req.Group)
+		if g == nil {
+			return fmt.Errorf("tenant %q has no node group %q", t.Name, req.Group)
+		}
+		lo, hi := tenant.CountBounds(g.Role)
+		n := *req.Count
+		if n < lo || n > hi {
+			return fmt.Errorf("count %d for group %q is out of range %d..%d", n, g.Name, lo, hi)
+		}
+		if g.Role == tenant.RoleControlPlane && n%2 == 0 {
+			return fmt.Errorf("count %d for control plane group %q must be odd (1, 3 or 5)", n, g.Name)
+		}
+		if t.Provider == tenant.ProviderMetal && n > len(g.Machines) {
+			return fmt.Errorf("count %d for group %q is more than its %d machines", n, g.Name, len(g.Machines))
+		}
+	case ActionReboot:
+		if _, ok := t.Node(req.Node); !ok {
+			return fmt.Errorf("tenant %q has no node %q", t.Name, req.Node)
+		}
+	}
+	return nil
+}
+
+// dispatch calls the commander for a validated request.
+func dispatch(ctx context.Context, cmd Commander, req Request) (any, error) {
+	switch req.Action {
+	case ActionApply:
+		return cmd.Apply(ctx, req.Tenant)
+	case ActionPlan:
+		return cmd.Plan(ctx, req.Tenant)
+	case ActionCancel:
+		return cmd.Cancel(ctx, req.Tenant)
+	case ActionDestroy:
+		return cmd.Destroy(ctx, req.Tenant, req.Confirm)
+	case ActionScale:
+		return cmd.Scale(ctx, req.Tenant, req.Group, *req.Count)
+	case ActionBootstrap:
+		return cmd.Bootstrap(ctx, req.Tenant)
+	case ActionReboot:
+		return cmd.Reboot(ctx, req.Tenant, req.Node)
+	case ActionReload:
+		return cmd.Reload(ctx)
+	case ActionAutoApply:
+		return cmd.SetAutoApply(ctx, req.Tenant, *req.Enabled)
+	case ActionLogLevel:
+		if err := cmd.SetLogLevel(req.Level); err != nil {
+			return nil, err
+		}
+		return map[string]string{"log_level": req.Level}, nil
+	}
+	return nil, fmt.Errorf("unknown action %q", req.Action)
+}

@@ -1,0 +1,303 @@
+package hass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+func TestRequestRoundTrip(t *testing.T) {
+	m := broker(t)
+	cmd := newFakeCmd()
+	startBridge(t, fastOptions(m.URL), cmd, []*tenant.Tenant{labTenant(), cloudTenant("prod", 2)})
+	obs := newObserver(t, m.URL, "rezuscloud/bridge/response/#")
+
+	type resp struct {
+		Status      string          `json:"status"`
+		Data        json.RawMessage `json:"data"`
+		Error       string          `json:"error"`
+		Transaction json.RawMessage `json:"transaction"`
+	}
+	n := 0
+	ask := func(action, payload string) resp {
+		t.Helper()
+		n++
+		topic := "rezuscloud/bridge/response/" + action
+		before := obs.count(topic)
+		publish(t, m.URL, "rezuscloud/bridge/request/"+action, []byte(payload), false)
+		waitFor(t, 5*time.Second, "response on "+topic, func() bool { return obs.count(topic) > before })
+		mm, _ := obs.get(topic)
+		if mm.retained {
+			t.Errorf("response retained")
+		}
+		var r resp
+		if err := json.Unmarshal(mm.payload, &r); err != nil {
+			t.Fatalf("response %q: %v", mm.payload, err)
+		}
+		return r
+	}
+
+	ok := []struct{ action, payload, call string }{
+		{"apply", `{"tenant":"lab","transaction":"t-1"}`, "apply lab"},
+		{"plan", `{"tenant":"prod"}`, "plan prod"},
+		{"cancel", `{"tenant":"lab"}`, "cancel lab"},
+		{"bootstrap", `{"tenant":"lab"}`, "bootstrap lab"},
+		{"destroy", `{"tenant":"prod","confirm":"prod"}`, "destroy prod prod"},
+		{"scale", `{"tenant":"lab","group":"workers","count":3,"transaction":{"id":5}}`, "scale lab workers 3"},
+		{"scale", `{"tenant":"prod","group":"cp","count":3}`, "scale prod cp 3"},
+		{"reboot", `{"tenant":"lab","node":"lab-workers-2"}`, "reboot lab lab-workers-2"},
+		{"reload", ``, "reload"},
+		{"reload", `{"transaction":42}`, "reload"},
+		{"auto_apply", `{"tenant":"lab","enabled":true}`, "auto_apply lab true"},
+		{"log_level", `{"level":"debug"}`, "log_level debug"},
+	}
+	for _, c := range ok {
+		r := ask(c.action, c.payload)
+		if r.Status != "ok" || r.Error != "" {
+			t.Errorf("%s %s: %+v", c.action, c.payload, r)
+			continue
+		}
+		cmd.waitCall(t, c.call)
+		if c.action != "log_level" && !bytes.Contains(r.Data, []byte(c.call)) {
+			t.Errorf("%s: data %s", c.action, r.Data)
+		}
+		var req map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(c.payload), &req)
+		if tr, has := req["transaction"]; has && string(r.Transaction) != string(tr) {
+			t.Errorf("%s: transaction %s, want %s", c.action, r.Transaction, tr)
+		} else if !has && r.Transaction != nil {
+			t.Errorf("%s: transaction %s without one in the request", c.action, r.Transaction)
+		}
+	}
+
+	big := `{"tenant":"lab","transaction":"` + strings.Repeat("x", MaxPayload) + `"}`
+	bad := []struct{ action, payload, want string }{
+		{"apply", `{"tenant":"lab"`, "malformed JSON"},
+		{"apply", `[1,2]`, "JSON object"},
+		{"apply", `"lab"`, "JSON object"},
+		{"apply", `null`, "JSON object"},
+		{"apply", `{"tenant":"lab"} {}`, "malformed JSON"},
+		{"explode", `{"tenant":"lab","transaction":1}`, "unknown action"},
+		{"apply", `{"tenant":"nope","transaction":2}`, "unknown tenant"},
+		{"apply", `{"tenant":"Lab!"}`, "not a valid tenant name"},
+		{"apply", `{}`, `needs field "tenant"`},
+		{"apply", `{"tenant":"lab","tenantx":1}`, "unknown field"},
+		{"apply", `{"tenant":"lab","count":1}`, "does not apply"},
+		{"scale", `{"tenant":"lab","group":"gpu","count":1}`, "no node group"},
+		{"scale", `{"tenant":"lab","group":"workers","count":101}`, "out of range"},
+		{"scale", `{"tenant":"lab","group":"workers","count":-1}`, "out of range"},
+		{"scale", `{"tenant":"lab","group":"workers","count":4}`, "machines"},
+		{"scale", `{"tenant":"lab","group":"workers","count":1.5}`, "whole number"},
+		{"scale", `{"tenant":"lab","group":"workers","count":"many"}`, "not a number"},
+		{"scale", `{"tenant":"lab","group":"workers"}`, `needs field "count"`},
+		{"scale", `{"tenant":"lab","group":"cp","count":0}`, "out of range"},
+		{"scale", `{"tenant":"prod","group":"cp","count":2}`, "odd"},
+		{"scale", `{"tenant":"prod","group":"cp","count":7}`, "out of range"},
+		{"reboot", `{"tenant":"lab","node":"lab-workers-9"}`, "no node"},
+		{"reboot", `{"tenant":"lab","node":"prod-workers-1"}`, "no node"},
+		{"destroy", `{"tenant":"lab","confirm":"prod","transaction":"d"}`, "not confirmed"},
+		{"destroy", `{"tenant":"lab","confirm":""}`, "confirm"},
+		{"destroy", `{"tenant":"lab"}`, `needs field "confirm"`},
+		{"log_level", `{"level":"loud"}`, "not one of"},
+		{"auto_apply", `{"tenant":"lab","enabled":"yes"}`, "bad request"},
+		{"apply", big, "limit"},
+		{"apply", "{\"tenant\":\"lab\xff\"}", "UTF-8"},
+	}
+	for _, c := range bad {
+		r := ask(c.action, c.payload)
+		if r.Status != "error" || !strings.Contains(r.Error, c.want) {
+			t.Errorf("%s %.60s: got %+v, want error containing %q", c.action, c.payload, r, c.want)
+		}
+		if string(r.Data) != "{}" {
+			t.Errorf("error data %s", r.Data)
+		}
+		var req map[string]json.RawMessage
+		if json.Unmarshal([]byte(c.payload), &req) == nil && len(c.payload) < MaxPayload {
+			if tr, has := req["transaction"]; has && string(r.Transaction) != string(tr) {
+				t.Errorf("%s: transaction %s not echoed (want %s)", c.action, r.Transaction, tr)
+			}
+		}
+	}
+	cmd.noCall(t, 200*time.Millisecond)
+
+	// Commander errors come back as error responses.
+	cmd.mu.Lock()
+	cmd.fail = errTest
+	cmd.mu.Unlock()
+	r := ask("apply", `{"tenant":"lab","transaction":9}`)
+	if r.Status != "error" || r.Error != errTest.Error() || string(r.Transaction) != "9" {
+		t.Errorf("commander error: %+v", r)
+	}
+}
+
+type testErr string
+
+func (e testErr) Error() string { return string(e) }
+
+const errTest = testErr("engine busy")
+
+func TestEntityCommands(t *testing.T) {
+	m := broker(t)
+	cmd := newFakeCmd()
+	px := newProxy(t, m.URL)
+	b := startBridge(t, fastOptions(px.URL()), cmd, []*tenant.Tenant{labTenant()})
+	obs := newObserver(t, m.URL, "rezuscloud/#")
+	press := func(topic, payload string) { publish(t, m.URL, topic, []byte(payload), false) }
+
+	press("rezuscloud/lab/apply", "PRESS")
+	cmd.waitCall(t, "apply lab")
+	press("rezuscloud/lab/plan", "PRESS")
+	cmd.waitCall(t, "plan lab")
+	press("rezuscloud/lab/cancel", "PRESS")
+	cmd.waitCall(t, "cancel lab")
+	press("rezuscloud/lab/lab-workers-1/reboot", "PRESS")
+	cmd.waitCall(t, "reboot lab lab-workers-1")
+	press("rezuscloud/bridge/reload", "PRESS")
+	cmd.waitCall(t, "reload")
+	press("rezuscloud/lab/workers/count/set", "3.0")
+	cmd.waitCall(t, "scale lab workers 3")
+	press("rezuscloud/lab/auto_apply/set", "ON")
+	cmd.waitCall(t, "auto_apply lab true")
+	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"auto_apply":true`)) })
+	press("rezuscloud/bridge/log_level/set", "debug")
+	cmd.waitCall(t, "log_level debug")
+	obs.waitPayload(t, "rezuscloud/bridge/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"log_level":"debug"`)) })
+
+	// Bad input: a warning, nothing called.
+	for _, c := range [][2]string{
+		{"rezuscloud/lab/destroy", "PRESS"}, // not armed
+		{"rezuscloud/lab/apply", "press"},
+		{"rezuscloud/lab/apply", "PRESS\xff"},
+		{"rezuscloud/lab/workers/count/set", "200"},
+		{"rezuscloud/lab/workers/count/set", "2.5"},
+		{"rezuscloud/lab/workers/count/set", "abc"},
+		{"rezuscloud/lab/gpu/count/set", "1"},
+		{"rezuscloud/nope/apply", "PRESS"},
+		{"rezuscloud/lab/lab-workers-7/reboot", "PRESS"},
+		{"rezuscloud/lab/auto_apply/set", "maybe"},
+		{"rezuscloud/bridge/log_level/set", "loud"},
+		{"rezuscloud/lab/apply", strings.Repeat("P", MaxPayload+1)},
+	} {
+		press(c[0], c[1])
+	}
+	cmd.noCall(t, 500*time.Millisecond)
+
+	// A retained press acts once when it is sent, but not again when the
+	// broker replays it after a reconnect (it would fire at every start).
+	publish(t, m.URL, "rezuscloud/lab/plan", []byte("PRESS"), true)
+	cmd.waitCall(t, "plan lab")
+	mk := obs.mark()
+	px.cut()
+	obs.waitSequence(t, "rezuscloud/bridge/availability", mk, 5*time.Second, "offline", "online")
+	time.Sleep(200 * time.Millisecond) // subscriptions are made after online
+	cmd.noCall(t, 500*time.Millisecond)
+	publish(t, m.URL, "rezuscloud/lab/plan", nil, true)
+
+	// Arm, then destroy acts once; the switch is off again afterwards.
+	press("rezuscloud/lab/destroy_armed/set", "ON")
+	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":true`)) })
+	press("rezuscloud/lab/destroy", "PRESS")
+	cmd.waitCall(t, "destroy lab lab")
+	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":false`)) })
+	press("rezuscloud/lab/destroy", "PRESS")
+	cmd.noCall(t, 300*time.Millisecond)
+
+	// Arm, wait out the timeout: disarmed by itself, destroy refused.
+	press("rezuscloud/lab/destroy_armed/set", "ON")
+	waitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
+	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":true`)) })
+	armedAt := time.Now()
+	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":false`)) })
+	if b.Armed("lab") {
+		t.Fatal("still armed after the timeout")
+	}
+	if d := time.Since(armedAt); d < 200*time.Millisecond {
+		t.Errorf("disarmed after %v, before the 400 ms timeout", d)
+	}
+	press("rezuscloud/lab/destroy", "PRESS")
+	cmd.noCall(t, 300*time.Millisecond)
+
+	// Arm and disarm by hand.
+	press("rezuscloud/lab/destroy_armed/set", "ON")
+	waitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
+	press("rezuscloud/lab/destroy_armed/set", "OFF")
+	waitFor(t, 5*time.Second, "disarmed", func() bool { return !b.Armed("lab") })
+
+	// Republish button: every discovery message goes out again.
+	disc := newObserver(t, m.URL, "homeassistant/device/#")
+	time.Sleep(200 * time.Millisecond)
+	before := disc.count("homeassistant/device/rezuscloud_lab/config")
+	press("rezuscloud/bridge/republish", "PRESS")
+	waitFor(t, 5*time.Second, "republish", func() bool { return disc.count("homeassistant/device/rezuscloud_lab/config") > before })
+}
+
+func TestHandleRequestDirect(t *testing.T) {
+	cmd := newFakeCmd()
+	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
+	b.SetTenants([]*tenant.Tenant{labTenant()})
+	ctx := context.Background()
+	r := b.HandleRaw(ctx, "scale", []byte(`{"tenant":"lab","group":"workers","count":1,"transaction":[1,"a"]}`))
+	if !r.OK() || string(r.Transaction) != `[1,"a"]` {
+		t.Fatalf("%+v", r)
+	}
+	p, _ := json.Marshal(r)
+	if !strings.Contains(string(p), `"status":"ok"`) || strings.Contains(string(p), `"error"`) {
+		t.Errorf("ok response JSON %s", p)
+	}
+	// Built by hand without a count: an error, not a panic.
+	if r := b.HandleRequest(ctx, Request{Action: ActionScale, Tenant: "lab", Group: "workers"}); r.OK() {
+		t.Error("scale without count accepted")
+	}
+	if r := b.HandleRequest(ctx, Request{Action: "nope"}); r.OK() {
+		t.Error("unknown action accepted")
+	}
+	p, _ = json.Marshal(ErrorResponse(Request{}, errTest))
+	if string(p) != `{"status":"error","data":{},"error":"engine busy"}` {
+		t.Errorf("error response JSON %s", p)
+	}
+}
+
+func FuzzRequest(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"tenant":"lab"}`, `{"tenant":"lab","group":"workers","count":3,"transaction":1}`,
+		`{"tenant":"lab","confirm":"lab"}`, `{"count":"3.0"}`, `[`, `{"transaction":{"a":[1,2,{"b":null}]}}`,
+		`{"tenant":"lab","node":"lab-workers-1"}`, `{"level":"debug"}`, `{"enabled":true,"tenant":"x"}`, "\xff"} {
+		for _, a := range []string{"apply", "scale", "destroy", "reboot", "log_level", "auto_apply", "reload", "x"} {
+			f.Add(a, []byte(s))
+		}
+	}
+	cmd := newFakeCmd()
+	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
+	b.SetTenants([]*tenant.Tenant{labTenant()})
+	f.Fuzz(func(t *testing.T, action string, payload []byte) {
+		req, err := DecodeRequest(action, payload)
+		if err != nil {
+			r := ErrorResponse(req, err)
+			if _, err := json.Marshal(r); err != nil {
+				t.Fatalf("error response not encodable: %v", err)
+			}
+			return
+		}
+		if _, ok := actionFields[req.Action]; !ok {
+			t.Fatalf("accepted unknown action %q", action)
+		}
+		r := b.HandleRequest(context.Background(), req)
+		if _, err := json.Marshal(r); err != nil {
+			t.Fatalf("response not encodable: %v", err)
+		}
+		if r.OK() && req.Action == ActionDestroy && req.Confirm != req.Tenant {
+			t.Fatalf("destroy without confirmation accepted: %+v", req)
+		}
+		if r.OK() && req.Action == ActionScale {
+			g := labTenant().Group(req.Group)
+			lo, hi := tenant.CountBounds(g.Role)
+			if *req.Count < lo || *req.Count > hi {
+				t.Fatalf("count out of bounds accepted: %+v", req)
+			}
+		}
+	})
+}

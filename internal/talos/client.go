@@ -1,0 +1,304 @@
+package talos
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"google.golang.org/grpc/codes"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// Node endpoints are "host:port" (production: port 50000, the apid port; a
+// bare host gets 50000 added by the client). talosconfig is the tenant's
+// talosconfig (bytes of Talosconfig); its own endpoints are ignored.
+
+// secureClient is an mTLS client for one node from a talosconfig.
+func secureClient(ctx context.Context, endpoint string, talosconfig []byte) (*client.Client, error) {
+	tc, err := clientconfig.FromBytes(talosconfig)
+	if err != nil {
+		return nil, fmt.Errorf("talosconfig: %w", err)
+	}
+	c, err := client.New(ctx, client.WithConfig(tc), client.WithEndpoints(endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("talos client for %s: %w", endpoint, err)
+	}
+	return c, nil
+}
+
+// maintenanceClient is the insecure client (TLS without verification, no
+// client certificate) that nodes in maintenance mode answer, as talosctl
+// --insecure.
+func maintenanceClient(ctx context.Context, endpoint string) (*client.Client, error) {
+	c, err := client.New(ctx,
+		client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // maintenance mode has no identity to verify
+		client.WithEndpoints(endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("talos maintenance client for %s: %w", endpoint, err)
+	}
+	return c, nil
+}
+
+func withSecure(ctx context.Context, endpoint string, talosconfig []byte, fn func(*client.Client) error) error {
+	c, err := secureClient(ctx, endpoint, talosconfig)
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck
+	return fn(c)
+}
+
+// ApplyMaintenance applies a machine config to a node in maintenance mode
+// (insecure client). The node then installs and reboots into its configured
+// state; follow with WaitSecure. A config the node refuses is an error
+// matching ErrConfigRejected.
+func ApplyMaintenance(ctx context.Context, endpoint string, cfg []byte) error {
+	c, err := maintenanceClient(ctx, endpoint)
+	if err != nil {
+		return err
+	}
+	defer c.Close() //nolint:errcheck
+	return apply(ctx, c, endpoint, cfg, machine.ApplyConfigurationRequest_AUTO)
+}
+
+// ApplyConfig applies a machine config to a configured node over mTLS (mode
+// AUTO: the node reboots only when the change needs it).
+func ApplyConfig(ctx context.Context, endpoint string, talosconfig, cfg []byte) error {
+	return withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		return apply(ctx, c, endpoint, cfg, machine.ApplyConfigurationRequest_AUTO)
+	})
+}
+
+// ErrConfigRejected marks a machine config the node refused as invalid.
+var ErrConfigRejected = errors.New("machine config rejected")
+
+func apply(ctx context.Context, c *client.Client, endpoint string, cfg []byte, mode machine.ApplyConfigurationRequest_Mode) error {
+	_, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: mode})
+	if err != nil {
+		if client.StatusCode(err) == codes.InvalidArgument {
+			return fmt.Errorf("apply config to %s: %w: %s", endpoint, ErrConfigRejected, statusMessage(err))
+		}
+		return fmt.Errorf("apply config to %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// Backoff is the retry schedule of operations that wait for a node.
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+// DefaultBackoff is used by WaitSecure and Bootstrap.
+var DefaultBackoff = Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second}
+
+// next returns the delay after attempt (0-based), with ±20% jitter.
+func (b Backoff) next(attempt int) time.Duration {
+	d := b.Initial
+	for i := 0; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	j := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return max(j, time.Millisecond)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// WaitSecure waits until the node answers the mTLS API (Version) with the
+// tenant's credentials, retrying with backoff until ctx ends. It returns the
+// node's Talos version.
+func WaitSecure(ctx context.Context, endpoint string, talosconfig []byte) (string, error) {
+	var last error
+	for attempt := 0; ; attempt++ {
+		var tag string
+		err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+			v, err := c.Version(ctx)
+			if err != nil {
+				return err
+			}
+			tag = versionTag(v)
+			return nil
+		})
+		if err == nil {
+			return tag, nil
+		}
+		if isConfigError(err) {
+			return "", err
+		}
+		last = err
+		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
+			return "", fmt.Errorf("waiting for the secure Talos API of %s: %w (last error: %s)", endpoint, serr, short(last))
+		}
+	}
+}
+
+// Bootstrap bootstraps etcd on a control-plane node. Call it on one
+// control plane of a cluster only. AlreadyExists counts as success;
+// FailedPrecondition and Unavailable (the node is not ready yet) are retried
+// with backoff until ctx ends.
+func Bootstrap(ctx context.Context, endpoint string, talosconfig []byte) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+			return c.Bootstrap(ctx, &machine.BootstrapRequest{})
+		})
+		switch code := client.StatusCode(err); {
+		case err == nil, code == codes.AlreadyExists:
+			return nil
+		case isConfigError(err):
+			return err
+		case code == codes.FailedPrecondition, code == codes.Unavailable, code == codes.DeadlineExceeded:
+			last = err
+		default:
+			return fmt.Errorf("bootstrap %s: %w", endpoint, err)
+		}
+		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
+			return fmt.Errorf("bootstrap %s: %w (last error: %s)", endpoint, serr, short(last))
+		}
+	}
+}
+
+// Kubeconfig fetches the admin kubeconfig from a control-plane node.
+func Kubeconfig(ctx context.Context, endpoint string, talosconfig []byte) ([]byte, error) {
+	var kc []byte
+	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		var err error
+		kc, err = c.Kubeconfig(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig from %s: %w", endpoint, err)
+	}
+	if len(kc) == 0 {
+		return nil, fmt.Errorf("kubeconfig from %s: empty", endpoint)
+	}
+	return kc, nil
+}
+
+// SaveKubeconfig writes a kubeconfig (or talosconfig) atomically, mode 0600.
+func SaveKubeconfig(path string, data []byte) error { return WriteFileAtomic(path, data) }
+
+// Reboot reboots a configured node.
+func Reboot(ctx context.Context, endpoint string, talosconfig []byte) error {
+	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error { return c.Reboot(ctx) })
+	if err != nil {
+		return fmt.Errorf("reboot %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// Reset wipes a node's STATE and EPHEMERAL partitions and reboots it, so
+// that it comes back in maintenance mode without a config.
+//
+// graceful is for removing a node from a running cluster: the node cordons
+// and drains itself and leaves etcd first. Non-graceful is for destroying a
+// whole cluster. A node already in maintenance mode counts as reset.
+func Reset(ctx context.Context, endpoint string, talosconfig []byte, graceful bool) error {
+	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		return c.ResetGeneric(ctx, &machine.ResetRequest{
+			Graceful: graceful,
+			Reboot:   true,
+			SystemPartitionsToWipe: []*machine.ResetPartitionSpec{
+				{Label: "STATE", Wipe: true},
+				{Label: "EPHEMERAL", Wipe: true},
+			},
+		})
+	})
+	if err == nil {
+		return nil
+	}
+	if st, serr := Status(ctx, endpoint, talosconfig); serr == nil && st.Stage == tenant.StageMaintenance {
+		return nil
+	}
+	return fmt.Errorf("reset %s: %w", endpoint, err)
+}
+
+// isConfigError reports errors that retrying cannot fix (a bad talosconfig).
+func isConfigError(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "talosconfig:")
+}
+
+func versionTag(v *machine.VersionResponse) string {
+	for _, m := range v.GetMessages() {
+		if t := m.GetVersion().GetTag(); t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
+func statusMessage(err error) string {
+	if s := client.Status(err); s != nil {
+		return s.Message()
+	}
+	return err.Error()
+}
+
+// short trims an error for messages.
+func short(err error) string {
+	if err == nil {
+		return "none"
+	}
+	s := statusMessage(err)
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// isUnreachable reports errors meaning the node does not answer (down,
+// rebooting, network) as opposed to answering with a refusal.
+func isUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch client.StatusCode(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// isDialError reports a connection that could not be made at all.
+func isDialError(err error) bool {
+	if client.StatusCode(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	s := err.Error()
+	for _, m := range []string{"connection refused", "no route to host", "network is unreachable", "i/o timeout", "dial tcp"} {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// isTrustError reports a TLS handshake that failed on certificates: the
+// node answers, but not with (or not to) our cluster's identity, e.g. a node
+// in maintenance mode with its self-signed certificate.
+func isTrustError(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "x509:") || strings.Contains(s, "certificate") || strings.Contains(s, "tls: ")
+}

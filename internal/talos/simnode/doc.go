@@ -1,0 +1,55 @@
+// Package simnode runs simulated Talos nodes: the real Talos machine API
+// (machinery's protobuf MachineService and the COSI State service) over gRPC
+// and TLS on a loopback address, with the lifecycle a real node goes through.
+// rezuscloud's tests and `rezuscloud demo` provision these nodes with the
+// very same code (package talos, machinery's client) that drives real ones.
+//
+// # What it simulates
+//
+//   - Maintenance mode: a self-signed server certificate, no client
+//     certificate asked for, read-only (Version, COSI reads, and
+//     ApplyConfiguration; everything else is PermissionDenied, as in apid).
+//   - ApplyConfiguration parses and validates the config with machinery
+//     (garbage is InvalidArgument) and learns the node's role from it. In
+//     maintenance mode the node then goes installing → rebooting → (down) →
+//     booting → running, each stage with a configurable delay, and comes back
+//     serving TLS signed by the cluster's OS CA (machine.ca of the applied
+//     config), requiring client certificates from that CA: the gRPC server
+//     is stopped and a new one started on the same address, so clients see
+//     the node go away like a real reboot. Roles come from the client
+//     certificate's organization (os:admin may change things, os:reader and
+//     others may only read).
+//   - Workers have no OS CA key in their config; like real workers (trustd),
+//     they wait in booting, unreachable, until a control plane of the same
+//     cluster in the same World has been configured.
+//   - Bootstrap: once per cluster (all nodes of a World configured from the
+//     same secrets share one etcd): a second call, on any control plane,
+//     answers AlreadyExists; workers answer Unimplemented; maintenance mode
+//     PermissionDenied. Control planes are running but not ready until their
+//     cluster is bootstrapped.
+//   - Kubeconfig (control planes): a tar.gz stream holding an admin
+//     kubeconfig minted from the config's Kubernetes CA, naming the cluster
+//     endpoint. Workers answer Unimplemented.
+//   - MachineStatus (runtime namespace, id "machine") in a COSI state served
+//     by the node, so reads and watches work as on real Talos.
+//   - Reboot (rebooting → down → booting → running), Reset (graceful or
+//     not: resetting → down → maintenance with a new self-signed certificate
+//     and the config wiped, ready to be applied again), Version.
+//   - Test knobs: stage delays, FailBootstrap(n) (the next n Bootstrap calls
+//     answer FailedPrecondition "bootstrap is not available yet"),
+//     SetUnreachable (connections are accepted and dropped at once, and
+//     counted) and a record of calls (Calls).
+//
+// # What it does not simulate
+//
+// Kubernetes itself (no API server answers at the endpoint; the kubeconfig is
+// valid but leads nowhere), etcd membership (graceful reset does not cordon,
+// drain or leave anything), disks and the install itself, upgrades
+// (LifecycleService, Upgrade), node routing through apid (the "node"/"nodes"
+// metadata is ignored: every node answers for itself only), events, logs,
+// services and etcd RPCs (Unimplemented), staged and try apply modes (applied
+// like no-reboot), config changes that need a reboot to take effect (the TLS
+// identity changes only at the next reboot), network black holes (an
+// unreachable node refuses quickly instead of timing out), and time: stage
+// delays are wall-clock sleeps.
+package simnode

@@ -1,0 +1,205 @@
+package talos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// NodeState is what a node reports about itself (DESIGN §4 node stages).
+type NodeState struct {
+	Stage tenant.Stage `json:"stage"`
+	// Ready is true only in stage running with every readiness check met.
+	Ready        bool   `json:"ready"`
+	TalosVersion string `json:"talos_version,omitempty"`
+	// Unmet names the readiness checks not met yet ("services", ...).
+	Unmet []string `json:"unmet,omitempty"`
+	// Problem says why a node that answers could not be read (for
+	// example, it does not accept the tenant's credentials); "" normally.
+	Problem string `json:"problem,omitempty"`
+}
+
+// Equal reports whether two states are the same.
+func (s NodeState) Equal(o NodeState) bool {
+	return s.Stage == o.Stage && s.Ready == o.Ready && s.TalosVersion == o.TalosVersion &&
+		s.Problem == o.Problem && slices.Equal(s.Unmet, o.Unmet)
+}
+
+// Unreachable is the state of a node that does not answer.
+var Unreachable = NodeState{Stage: tenant.StageUnreachable}
+
+// ErrCredentials marks a node that answers but refuses the tenant's
+// talosconfig and is not in maintenance mode (another cluster's node, or the
+// secrets bundle was replaced).
+var ErrCredentials = errors.New("node does not accept this tenant's credentials")
+
+// StageFor maps a Talos machine stage to a node stage.
+func StageFor(s runtime.MachineStage) tenant.Stage {
+	switch s {
+	case runtime.MachineStageMaintenance:
+		return tenant.StageMaintenance
+	case runtime.MachineStageInstalling:
+		return tenant.StageInstalling
+	case runtime.MachineStageRunning:
+		return tenant.StageRunning
+	case runtime.MachineStageRebooting:
+		return tenant.StageRebooting
+	case runtime.MachineStageShuttingDown:
+		return tenant.StageShuttingDown
+	case runtime.MachineStageResetting:
+		return tenant.StageResetting
+	case runtime.MachineStageUpgrading:
+		return tenant.StageUpgrading
+	default: // booting, and unknown (before the first event of a boot)
+		return tenant.StageBooting
+	}
+}
+
+// StateFrom maps a MachineStatus resource to a NodeState.
+func StateFrom(ms *runtime.MachineStatus, talosVersion string) NodeState {
+	spec := ms.TypedSpec()
+	st := NodeState{Stage: StageFor(spec.Stage), TalosVersion: talosVersion}
+	st.Ready = st.Stage == tenant.StageRunning && spec.Status.Ready
+	for _, u := range spec.Status.UnmetConditions {
+		st.Unmet = append(st.Unmet, u.Name)
+	}
+	return st
+}
+
+// Status reads a node's MachineStatus and version: over mTLS with the
+// tenant's talosconfig and, when the node presents another certificate,
+// with the maintenance (insecure) client. A node that does not answer is
+// in stage unreachable with a nil error; an error comes with a state whose
+// Problem says what is wrong.
+//
+// With an empty talosconfig (a tenant not configured yet) only the
+// maintenance client is tried.
+func Status(ctx context.Context, endpoint string, talosconfig []byte) (NodeState, error) {
+	if len(talosconfig) == 0 {
+		return maintenanceStatus(ctx, endpoint)
+	}
+	var st NodeState
+	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		var err error
+		st, err = readState(ctx, c)
+		return err
+	})
+	if err == nil {
+		return st, nil
+	}
+	if isConfigError(err) {
+		return problem(err.Error()), err
+	}
+	if isTrustError(err) {
+		c, cerr := maintenanceClient(ctx, endpoint)
+		if cerr != nil {
+			return problem(cerr.Error()), cerr
+		}
+		defer c.Close() //nolint:errcheck
+		st, merr := readState(ctx, c)
+		switch {
+		case merr == nil:
+			return st, nil
+		case isDialError(merr):
+			return Unreachable, nil
+		case isUnreachable(merr) || isTrustError(merr):
+			// The node answered TLS a moment ago with a certificate we do
+			// not trust, and now refuses a client without one (with TLS
+			// 1.3 that refusal may arrive as a bare EOF): a configured node
+			// of another cluster.
+			return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", endpoint, ErrCredentials, short(merr))
+		}
+		err = merr
+	}
+	if isUnreachable(err) {
+		return Unreachable, nil
+	}
+	return problem(short(err)), fmt.Errorf("status of %s: %w", endpoint, err)
+}
+
+func maintenanceStatus(ctx context.Context, endpoint string) (NodeState, error) {
+	c, err := maintenanceClient(ctx, endpoint)
+	if err != nil {
+		return problem(err.Error()), err
+	}
+	defer c.Close() //nolint:errcheck
+	st, err := readState(ctx, c)
+	switch {
+	case err == nil:
+		return st, nil
+	case isDialError(err) || (isUnreachable(err) && !isTrustError(err)):
+		return Unreachable, nil
+	default:
+		return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", endpoint, ErrCredentials, short(err))
+	}
+}
+
+func problem(msg string) NodeState {
+	return NodeState{Stage: tenant.StageUnreachable, Problem: msg}
+}
+
+func readState(ctx context.Context, c *client.Client) (NodeState, error) {
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](ctx, c.COSI, runtime.MachineStatusID)
+	if err != nil {
+		return NodeState{}, err
+	}
+	tag := ""
+	if v, err := c.Version(ctx); err == nil {
+		tag = versionTag(v)
+	}
+	return StateFrom(ms, tag), nil
+}
+
+// WatchStatus streams a configured node's MachineStatus over mTLS, calling
+// fn with each new state (the current one first), until ctx ends or the
+// watch fails. machinery's client resumes a broken watch from its last
+// bookmark when the node comes back (a simulated node after a reboot); a
+// real node that rebooted has lost its bookmarks and the watch ends with an
+// error. While the node is down nothing is reported: use the Poller for
+// stage unreachable, WatchStatus for quick reactions.
+func WatchStatus(ctx context.Context, endpoint string, talosconfig []byte, fn func(NodeState)) error {
+	return withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		tag := ""
+		if v, err := c.Version(ctx); err == nil {
+			tag = versionTag(v)
+		} else if isUnreachable(err) || isTrustError(err) {
+			return fmt.Errorf("watch status of %s: %w", endpoint, err)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ch := make(chan state.Event)
+		if err := c.COSI.Watch(ctx, runtime.NewMachineStatus().Metadata(), ch); err != nil {
+			return fmt.Errorf("watch status of %s: %w", endpoint, err)
+		}
+		var last *NodeState
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case ev := <-ch:
+				switch ev.Type {
+				case state.Errored:
+					return fmt.Errorf("watch status of %s: %w", endpoint, ev.Error)
+				case state.Created, state.Updated:
+					ms, ok := ev.Resource.(*runtime.MachineStatus)
+					if !ok {
+						continue
+					}
+					st := StateFrom(ms, tag)
+					if last == nil || !last.Equal(st) {
+						last = &st
+						fn(st)
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,107 @@
+package tofu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
+)
+
+// Error is a failed tofu command. Its message carries what a user can act on
+// (the cause and tofu's error diagnostics, summary and detail) and never the
+// environment: the passphrase, the backend password and the credentials are
+// redacted from everything it shows.
+type Error struct {
+	Op          string // init, plan, apply, destroy, output, validate
+	Tenant      string
+	ExitCode    int          // -1 when tofu did not exit on its own
+	Diagnostics []Diagnostic // tofu's error diagnostics
+	// Stderr is the tail of what tofu wrote to stderr (redacted); shown
+	// only when there are no diagnostics.
+	Stderr string
+	// Lock is the lock holder when the cause is ErrStateLocked.
+	Lock *httpstate.LockInfo
+	// Causes are the sentinels the failure was classified as (ErrCanceled,
+	// ErrStateLocked, ErrDecrypt, ...) and the underlying error.
+	Causes []error
+
+	secrets []string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tofu %s %s: ", e.Op, e.Tenant)
+	var parts []string
+	for _, c := range e.Causes {
+		parts = append(parts, c.Error())
+	}
+	if e.Lock != nil {
+		parts = append(parts, fmt.Sprintf("held by %s since %s (lock ID %s; if no tofu runs for this tenant, force-unlock it)",
+			orUnknown(e.Lock.Who), e.Lock.Created.Format("2006-01-02 15:04:05Z07:00"), e.Lock.ID))
+	}
+	seen := map[string]bool{}
+	for _, d := range e.Diagnostics {
+		if ds := d.String(); !seen[ds] {
+			seen[ds] = true
+			parts = append(parts, ds)
+		}
+	}
+	if len(e.Diagnostics) == 0 && strings.TrimSpace(e.Stderr) != "" {
+		parts = append(parts, strings.TrimSpace(e.Stderr))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("exit status %d", e.ExitCode))
+	}
+	b.WriteString(strings.Join(parts, "; "))
+	return redact(b.String(), e.secrets)
+}
+
+// Unwrap lets errors.Is match the causes.
+func (e *Error) Unwrap() []error { return e.Causes }
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func redact(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return s
+}
+
+// newError classifies a failure from its diagnostics.
+func (w *Workspace) newError(op string, code int, diags []Diagnostic, stderr string, cause error) *Error {
+	sec := w.secrets()
+	e := &Error{Op: op, Tenant: w.name, ExitCode: code, Stderr: redact(stderr, sec), secrets: sec}
+	for i := range diags {
+		diags[i].Summary = redact(diags[i].Summary, sec)
+		diags[i].Detail = redact(diags[i].Detail, sec)
+	}
+	e.Diagnostics = diags
+	text := ""
+	for _, d := range diags {
+		text += d.Summary + "\n" + d.Detail + "\n"
+	}
+	text += stderr
+	switch {
+	case strings.Contains(text, "already locked"):
+		e.Causes = append(e.Causes, ErrStateLocked)
+		if li, ok := w.r.store.LockOf(w.name); ok {
+			e.Lock = &li
+		}
+	case strings.Contains(text, "decryption failed") || strings.Contains(text, "message authentication failed"):
+		e.Causes = append(e.Causes, ErrDecrypt)
+	case op == "init" && (strings.Contains(text, "provider") || strings.Contains(text, "Provider")):
+		e.Causes = append(e.Causes, ErrProvider)
+	}
+	if cause != nil {
+		e.Causes = append(e.Causes, cause)
+	}
+	return e
+}

@@ -1,0 +1,236 @@
+package httpstate
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// MaxStateSize caps a state upload.
+const MaxStateSize = 256 << 20
+
+// Username is the basic-auth user tofu logs in as.
+const Username = "rezuscloud"
+
+// Server serves a Store over tofu's http backend protocol on 127.0.0.1 at a
+// random port, with basic auth under a random per-process password:
+//
+//	GET    /state/<name>        200 state | 404 none
+//	POST   /state/<name>?ID=id  store a new version (the lock holder's ID when locked)
+//	LOCK   /state/<name>        200 taken | 423 + holder's lock JSON
+//	UNLOCK /state/<name>        200 released | 423 + holder's lock JSON (another ID)
+type Server struct {
+	store    *Store
+	log      *zap.Logger
+	ln       net.Listener
+	srv      *http.Server
+	password string
+	done     chan struct{}
+}
+
+// Start serves store on a random loopback port until Close.
+func Start(store *Store, log *zap.Logger) (*Server, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	pw := make([]byte, 24)
+	if _, err := rand.Read(pw); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("state backend: %w", err)
+	}
+	s := &Server{store: store, log: log, ln: ln, password: hex.EncodeToString(pw), done: make(chan struct{})}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("state backend stopped", zap.Error(err))
+		}
+	}()
+	return s, nil
+}
+
+// Store is the store the server serves.
+func (s *Server) Store() *Store { return s.store }
+
+// URL is the address of name's state.
+func (s *Server) URL(name string) string {
+	return "http://" + s.ln.Addr().String() + "/state/" + name
+}
+
+// Env is the environment that points tofu's http backend (an empty
+// `"backend": {"http": {}}` block) at name's state: address, lock and unlock
+// addresses and the credentials. None of it is persisted by tofu, so the port
+// and password may change between processes without a new `init`; it must be
+// given to every command.
+func (s *Server) Env(name string) []string {
+	u := s.URL(name)
+	return []string{
+		"TF_HTTP_ADDRESS=" + u,
+		"TF_HTTP_LOCK_ADDRESS=" + u,
+		"TF_HTTP_UNLOCK_ADDRESS=" + u,
+		"TF_HTTP_USERNAME=" + Username,
+		"TF_HTTP_PASSWORD=" + s.password,
+	}
+}
+
+// Password is the per-process basic-auth password (for redaction).
+func (s *Server) Password() string { return s.password }
+
+// Close stops the server, waiting up to ctx for requests in flight.
+func (s *Server) Close(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return err
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	u, p, ok := r.BasicAuth()
+	return ok && subtle.ConstantTimeCompare([]byte(u), []byte(Username)) == 1 &&
+		subtle.ConstantTimeCompare([]byte(p), []byte(s.password)) == 1
+}
+
+// ServeHTTP implements the protocol.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="rezuscloud state"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	name, ok := strings.CutPrefix(r.URL.Path, "/state/")
+	if !ok || !validName.MatchString(name) {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	status := s.serve(w, r, name)
+	s.log.Debug("state backend", zap.String("method", r.Method), zap.String("state", name), zap.Int("status", status))
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int {
+	switch r.Method {
+	case http.MethodGet:
+		data, ok, err := s.store.Get(name)
+		if err != nil {
+			return s.fail(w, err)
+		}
+		if !ok {
+			http.Error(w, "no state", http.StatusNotFound)
+			return http.StatusNotFound
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(data)
+		return http.StatusOK
+
+	case http.MethodPost, http.MethodPut:
+		body, err := readBody(w, r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return http.StatusBadRequest
+		}
+		if !json.Valid(body) {
+			http.Error(w, "state is not JSON", http.StatusBadRequest)
+			return http.StatusBadRequest
+		}
+		if err := s.store.Put(name, body, r.URL.Query().Get("ID")); err != nil {
+			return s.fail(w, err)
+		}
+		w.WriteHeader(http.StatusOK)
+		return http.StatusOK
+
+	case "LOCK":
+		body, info, err := readLock(w, r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return http.StatusBadRequest
+		}
+		if err := s.store.lockRaw(name, info, body); err != nil {
+			return s.fail(w, err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return http.StatusOK
+
+	case "UNLOCK":
+		body, info, err := readLock(w, r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return http.StatusBadRequest
+		}
+		if err := s.store.Unlock(name, info.ID); err != nil {
+			return s.fail(w, err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+		return http.StatusOK
+
+	default:
+		// DELETE (workspace deletion) is not offered: the http backend has
+		// no workspaces, and a state is never removed over the wire.
+		w.Header().Set("Allow", "GET, POST, LOCK, UNLOCK")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return http.StatusMethodNotAllowed
+	}
+}
+
+// fail answers a lock conflict with 423 and the holder's lock JSON (what
+// tofu decodes to show who holds it), anything else with 500.
+func (s *Server) fail(w http.ResponseWriter, err error) int {
+	var le *LockError
+	if errors.As(err, &le) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusLocked)
+		raw := le.raw
+		if raw == nil {
+			raw, _ = json.Marshal(le.Holder)
+		}
+		_, _ = w.Write(raw)
+		return http.StatusLocked
+	}
+	s.log.Error("state backend", zap.Error(err))
+	http.Error(w, "state backend error", http.StatusInternalServerError)
+	return http.StatusInternalServerError
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxStateSize))
+	if err != nil {
+		return nil, err
+	}
+	if want := r.Header.Get("Content-MD5"); want != "" {
+		sum := md5.Sum(body)
+		if base64.StdEncoding.EncodeToString(sum[:]) != want {
+			return nil, errors.New("Content-MD5 mismatch")
+		}
+	}
+	return body, nil
+}
+
+func readLock(w http.ResponseWriter, r *http.Request) ([]byte, LockInfo, error) {
+	body, err := readBody(w, r)
+	if err != nil {
+		return nil, LockInfo{}, err
+	}
+	var info LockInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, LockInfo{}, fmt.Errorf("lock body: %w", err)
+	}
+	if info.ID == "" {
+		return nil, LockInfo{}, errors.New("lock body: no ID")
+	}
+	return body, info, nil
+}

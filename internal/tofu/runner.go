@@ -1,0 +1,825 @@
+// Package tofu runs OpenTofu for rezuscloud: one work dir per tenant under a
+// data dir, a CLI config and an environment of its own, `init` only when the
+// providers or the backend changed, `plan -out` / `apply <plan>` / `destroy`
+// / `output` / `validate`, the `-json` UI stream parsed into typed events, and
+// state that tofu encrypts and that a killed tofu or add-on cannot lose.
+//
+// # Layout under Config.DataDir
+//
+//	tofurc            the CLI config tofu gets (TF_CLI_CONFIG_FILE): empty, or a copy of Config.CLIConfigFile
+//	home/             HOME of tofu and its children
+//	plugin-cache/     TF_PLUGIN_CACHE_DIR
+//	work/<tenant>/    main.tf.json, .terraform/, tfplan (0700 dir, 0600 files)
+//	state/<tenant>/   the tenant's state versions and lock (package httpstate)
+//
+// # State and encryption
+//
+// State lives in an in-process http backend (package httpstate) over files
+// under state/: every upload is an atomic new version, the last
+// Config.KeepVersions are kept, and the lock is a file, so a lock left behind
+// by a killed tofu or a crashed add-on survives a restart and can be seen
+// (Runner.Lock) and cleared (Runner.ForceUnlock). The document carries an
+// empty `"backend": {"http": {}}`; address and basic-auth credentials (a
+// random password per process) go to tofu as TF_HTTP_* env on every command,
+// so they are never written anywhere and a new port needs no new `init`.
+//
+// Encryption is tofu's own: the runner adds an `encryption` block (pbkdf2 +
+// aes_gcm, enforced for state and plan) to the document, whose passphrase is
+// the sensitive variable state_passphrase, given as TF_VAR_state_passphrase.
+// The state on disk and the plan file are ciphertext; the passphrase is
+// written nowhere by the runner. See PrepareDocument.
+//
+// # Cancellation
+//
+// Cancelling a command's context (or its Config.Timeout expiring) sends
+// SIGINT to tofu's process group, as a terminal's Ctrl-C would: tofu stops
+// its operation, persists state (in-flight resources tainted) and unlocks.
+// Only when it has not exited after Config.GracePeriod is the group killed;
+// a lock our killed tofu left is then released by the runner, since no other
+// tofu can hold it.
+package tofu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	tfjson "github.com/hashicorp/terraform-json"
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
+)
+
+// Defaults.
+const (
+	DefaultGracePeriod = 2 * time.Minute
+	DefaultTimeout     = time.Hour
+	DefaultPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// MinPassphrase is tofu's own minimum for pbkdf2 passphrases.
+	MinPassphrase = 16
+	// PlanFile is the plan's name in a work dir.
+	PlanFile = "tfplan"
+
+	initStampFile = ".rezuscloud-init"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Binary is the tofu executable: a path, or a name looked up in Path.
+	Binary string
+	// DataDir holds work dirs, state, HOME, plugin cache and CLI config.
+	DataDir string
+	// CLIConfigFile, when set, is copied as tofu's CLI config (for example a
+	// filesystem_mirror of the providers); otherwise tofu gets an empty one.
+	// The user's own ~/.terraformrc is never read.
+	CLIConfigFile string
+	// Passphrase encrypts state and plans (at least 16 characters). A
+	// workspace may bring its own.
+	Passphrase string
+	// Env is added to every command's environment (e.g. OS_* credentials).
+	Env map[string]string
+	// Path is PATH for tofu and its provisioners (DefaultPath when empty).
+	Path string
+	// GracePeriod is how long a cancelled tofu gets between SIGINT and
+	// SIGKILL (DefaultGracePeriod when 0).
+	GracePeriod time.Duration
+	// Timeout limits each command (DefaultTimeout when 0).
+	Timeout time.Duration
+	// KeepVersions is how many state versions are kept per tenant
+	// (httpstate.DefaultKeep when 0).
+	KeepVersions int
+	// Logger receives non-JSON output lines and lifecycle messages.
+	Logger *zap.Logger
+}
+
+// Runner runs tofu for any number of tenants.
+type Runner struct {
+	cfg       Config
+	binary    string
+	log       *zap.Logger
+	cliConfig string // path of our CLI config
+	cliBytes  []byte
+	store     *httpstate.Store
+	server    *httpstate.Server
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+
+	inits atomic.Int64 // `init` runs, for tests
+}
+
+// Sentinel causes; a command's *Error matches them with errors.Is.
+var (
+	ErrTofuNotFound       = errors.New("tofu binary not found")
+	ErrPassphraseTooShort = fmt.Errorf("state passphrase must be at least %d characters", MinPassphrase)
+	ErrStateLocked        = errors.New("state is locked")
+	ErrDecrypt            = errors.New("state cannot be decrypted (wrong passphrase?)")
+	ErrProvider           = errors.New("provider not available")
+	ErrCanceled           = errors.New("canceled")
+	ErrTimeout            = errors.New("timed out")
+	ErrKilled             = errors.New("killed after the grace period")
+)
+
+// New checks the binary and passphrase, prepares DataDir and starts the state
+// backend. Close stops it.
+func New(cfg Config) (*Runner, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("tofu: no data dir")
+	}
+	if cfg.Path == "" {
+		cfg.Path = DefaultPath
+	}
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = DefaultGracePeriod
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Passphrase != "" {
+		if err := checkPassphrase(cfg.Passphrase); err != nil {
+			return nil, err
+		}
+	}
+	bin, err := findBinary(cfg.Binary, cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, binary: bin, log: cfg.Logger, locks: map[string]*sync.Mutex{}}
+	for _, d := range []string{"", "home", "plugin-cache", "work"} {
+		p := filepath.Join(cfg.DataDir, d)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return nil, fmt.Errorf("tofu: %w", err)
+		}
+		if err := os.Chmod(p, 0o700); err != nil {
+			return nil, fmt.Errorf("tofu: %w", err)
+		}
+	}
+	if cfg.CLIConfigFile != "" {
+		if r.cliBytes, err = os.ReadFile(cfg.CLIConfigFile); err != nil {
+			return nil, fmt.Errorf("tofu: CLI config: %w", err)
+		}
+	}
+	r.cliConfig = filepath.Join(cfg.DataDir, "tofurc")
+	if err := httpstate.WriteFileAtomic(r.cliConfig, r.cliBytes, 0o600); err != nil {
+		return nil, fmt.Errorf("tofu: CLI config: %w", err)
+	}
+	if r.store, err = httpstate.Open(filepath.Join(cfg.DataDir, "state"), cfg.KeepVersions); err != nil {
+		return nil, err
+	}
+	if r.server, err = httpstate.Start(r.store, r.log.Named("state")); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func findBinary(bin, path string) (string, error) {
+	if bin == "" {
+		bin = "tofu"
+	}
+	if !strings.Contains(bin, "/") {
+		for _, dir := range filepath.SplitList(path) {
+			p := filepath.Join(dir, bin)
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+		return "", fmt.Errorf("%w: no %q in PATH %s", ErrTofuNotFound, bin, path)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "", fmt.Errorf("%w at %s: %v", ErrTofuNotFound, bin, errors.Unwrap(err))
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w at %s: not an executable file", ErrTofuNotFound, bin)
+	}
+	return filepath.Abs(bin)
+}
+
+func checkPassphrase(p string) error {
+	if len(p) < MinPassphrase {
+		return fmt.Errorf("tofu: %w (it has %d)", ErrPassphraseTooShort, len(p))
+	}
+	return nil
+}
+
+// Close stops the state backend. Commands must have returned.
+func (r *Runner) Close(ctx context.Context) error { return r.server.Close(ctx) }
+
+// Binary is the tofu executable in use.
+func (r *Runner) Binary() string { return r.binary }
+
+// Store is the state store (versions, rollback).
+func (r *Runner) Store() *httpstate.Store { return r.store }
+
+// Lock reports who holds tenant's state lock. Only this process's tofu uses
+// the backend, so a lock seen while no command of the tenant runs (e.g.
+// after a restart) is stale.
+func (r *Runner) Lock(tenant string) (httpstate.LockInfo, bool) { return r.store.LockOf(tenant) }
+
+// ForceUnlock removes tenant's stale lock; id is the holder's, as Lock shows.
+func (r *Runner) ForceUnlock(tenant, id string) error { return r.store.ForceUnlock(tenant, id) }
+
+func (r *Runner) tenantLock(name string) *sync.Mutex {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.locks[name]
+	if m == nil {
+		m = &sync.Mutex{}
+		r.locks[name] = m
+	}
+	return m
+}
+
+// WorkspaceOptions are per-tenant settings.
+type WorkspaceOptions struct {
+	// Env is added to the Runner's Env (credentials of this tenant's cloud).
+	Env map[string]string
+	// Passphrase overrides the Runner's.
+	Passphrase string
+}
+
+// Workspace is one tenant's work dir. Commands on the same tenant run one at
+// a time (across all Workspace values of that tenant).
+type Workspace struct {
+	r          *Runner
+	name       string
+	dir        string
+	env        map[string]string
+	passphrase string
+	mu         *sync.Mutex
+}
+
+// Workspace returns tenant's workspace, creating its work dir.
+func (r *Runner) Workspace(tenant string, opts WorkspaceOptions) (*Workspace, error) {
+	if !httpstate.ValidName(tenant) {
+		return nil, fmt.Errorf("tofu: %w %q", httpstate.ErrInvalidName, tenant)
+	}
+	pass := opts.Passphrase
+	if pass == "" {
+		pass = r.cfg.Passphrase
+	}
+	if pass == "" {
+		return nil, fmt.Errorf("tofu: workspace %s: no state passphrase", tenant)
+	}
+	if err := checkPassphrase(pass); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(r.cfg.DataDir, "work", tenant)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tofu: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tofu: %w", err)
+	}
+	env := map[string]string{}
+	for k, v := range r.cfg.Env {
+		env[k] = v
+	}
+	for k, v := range opts.Env {
+		env[k] = v
+	}
+	return &Workspace{r: r, name: tenant, dir: dir, env: env, passphrase: pass, mu: r.tenantLock(tenant)}, nil
+}
+
+// Dir is the work dir.
+func (w *Workspace) Dir() string { return w.dir }
+
+// Name is the tenant.
+func (w *Workspace) Name() string { return w.name }
+
+// WriteConfig writes a rendered document as main.tf.json, atomically and
+// 0600, after adding backend, encryption and passphrase variable (see
+// PrepareDocument).
+func (w *Workspace) WriteConfig(doc []byte) error {
+	out, err := PrepareDocument(doc)
+	if err != nil {
+		return fmt.Errorf("tofu: workspace %s: %w", w.name, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return httpstate.WriteFileAtomic(filepath.Join(w.dir, ConfigFile), out, 0o600)
+}
+
+// environ builds the command environment from scratch: PATH, HOME, tofu's
+// settings, the state backend, the passphrase and the caller's env. Ours
+// come last so the caller cannot override them.
+func (w *Workspace) environ() []string {
+	r := w.r
+	var env []string
+	keys := make([]string, 0, len(w.env))
+	for k := range w.env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+w.env[k])
+	}
+	env = append(env,
+		"PATH="+r.cfg.Path,
+		"HOME="+filepath.Join(r.cfg.DataDir, "home"),
+		"TF_IN_AUTOMATION=1",
+		"TF_INPUT=0",
+		"CHECKPOINT_DISABLE=1",
+		"TF_CLI_CONFIG_FILE="+r.cliConfig,
+		"TF_PLUGIN_CACHE_DIR="+filepath.Join(r.cfg.DataDir, "plugin-cache"),
+		"TF_VAR_"+PassphraseVariable+"="+w.passphrase,
+	)
+	return append(env, r.server.Env(w.name)...)
+}
+
+// secrets are the strings an error message must never contain.
+func (w *Workspace) secrets() []string {
+	s := []string{w.passphrase, w.r.server.Password()}
+	for _, v := range w.env {
+		if len(v) >= 4 {
+			s = append(s, v)
+		}
+	}
+	return s
+}
+
+// RunOptions observe a command.
+type RunOptions struct {
+	// OnEvent gets every event of the -json stream, in order.
+	OnEvent func(Event)
+	// OnProgress gets apply progress: after each apply_start,
+	// apply_complete and apply_errored.
+	OnProgress func(Progress)
+}
+
+// Progress is how far an apply or destroy is.
+type Progress struct {
+	Completed int // resource changes done
+	Planned   int // resource changes planned
+	Event     Event
+}
+
+// Plan is the result of Workspace.Plan.
+type Plan struct {
+	// File is the (encrypted) plan file Apply applies.
+	File        string
+	Summary     ChangeSummary
+	Changes     []PlannedChange
+	Diagnostics []Diagnostic // warnings
+}
+
+// PlannedChange is one resource instance the plan changes.
+type PlannedChange struct {
+	Address string
+	Action  string // create, update, replace, delete, read
+	Reason  string
+}
+
+// HasChanges reports whether applying the plan would change anything.
+func (p *Plan) HasChanges() bool { return !p.Summary.Empty() }
+
+// Planned is the number of resource changes the apply reports as
+// apply_complete (a replace is two).
+func (p *Plan) Planned() int {
+	n := 0
+	for _, c := range p.Changes {
+		n += changeWeight(c.Action)
+	}
+	if n == 0 {
+		n = p.Summary.Add + p.Summary.Change + p.Summary.Remove
+	}
+	return n
+}
+
+func changeWeight(action string) int {
+	switch action {
+	case "create", "update", "delete":
+		return 1
+	case "replace", "create-then-delete", "delete-then-create":
+		return 2
+	}
+	return 0 // read, noop, forget, import-only
+}
+
+// Result is what an apply or destroy did.
+type Result struct {
+	Summary     *ChangeSummary // nil when tofu ended without one (a failure)
+	Outputs     map[string]OutputEvent
+	Diagnostics []Diagnostic // warnings
+}
+
+// Init runs `tofu init` now, whatever the stamp says.
+func (w *Workspace) Init(ctx context.Context, opts RunOptions) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.init(ctx, opts)
+}
+
+func (w *Workspace) init(ctx context.Context, opts RunOptions) error {
+	doc, err := os.ReadFile(filepath.Join(w.dir, ConfigFile))
+	if err != nil {
+		return fmt.Errorf("tofu init %s: no document: %w", w.name, err)
+	}
+	hash, err := initHash(doc, w.r.cliBytes, w.r.binary)
+	if err != nil {
+		return err
+	}
+	stamp := filepath.Join(w.dir, initStampFile)
+	_ = os.Remove(stamp)
+	w.r.inits.Add(1)
+	var s stream
+	if _, err := w.run(ctx, "init", []string{"init", "-input=false", "-json", "-reconfigure", "-upgrade"}, &s, opts); err != nil {
+		return err
+	}
+	return httpstate.WriteFileAtomic(stamp, []byte(hash+"\n"), 0o600)
+}
+
+// needsInit reports whether the init stamp is missing or stale.
+func (w *Workspace) needsInit() (bool, error) {
+	doc, err := os.ReadFile(filepath.Join(w.dir, ConfigFile))
+	if err != nil {
+		return false, fmt.Errorf("tofu %s: no document (WriteConfig first): %w", w.name, err)
+	}
+	hash, err := initHash(doc, w.r.cliBytes, w.r.binary)
+	if err != nil {
+		return false, err
+	}
+	old, err := os.ReadFile(filepath.Join(w.dir, initStampFile))
+	if err != nil {
+		return true, nil
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, ".terraform", "terraform.tfstate")); err != nil {
+		return true, nil
+	}
+	return strings.TrimSpace(string(old)) != hash, nil
+}
+
+func (w *Workspace) ensureInit(ctx context.Context, opts RunOptions) error {
+	need, err := w.needsInit()
+	if err != nil {
+		return err
+	}
+	if !need {
+		return nil
+	}
+	return w.init(ctx, RunOptions{OnEvent: opts.OnEvent})
+}
+
+// Plan runs `plan -out` (initialising first when needed).
+func (w *Workspace) Plan(ctx context.Context, opts RunOptions) (*Plan, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ensureInit(ctx, opts); err != nil {
+		return nil, err
+	}
+	file := filepath.Join(w.dir, PlanFile)
+	_ = os.Remove(file)
+	var s stream
+	if _, err := w.run(ctx, "plan", []string{"plan", "-input=false", "-json", "-out=" + PlanFile}, &s, opts); err != nil {
+		return nil, err
+	}
+	_ = os.Chmod(file, 0o600)
+	p := &Plan{File: file, Diagnostics: s.warnings}
+	if s.summary != nil {
+		p.Summary = *s.summary
+	}
+	for _, ev := range s.planned {
+		c := PlannedChange{Action: ev.Action, Reason: ev.Reason}
+		if ev.Resource != nil {
+			c.Address = ev.Resource.Addr
+		}
+		p.Changes = append(p.Changes, c)
+	}
+	return p, nil
+}
+
+// Apply applies a plan from Plan: exactly what was planned. The plan file is
+// removed afterwards (tofu refuses a plan once state has moved on).
+func (w *Workspace) Apply(ctx context.Context, plan *Plan, opts RunOptions) (*Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if plan == nil || plan.File == "" {
+		return nil, fmt.Errorf("tofu apply %s: no plan", w.name)
+	}
+	defer os.Remove(plan.File)
+	if err := w.ensureInit(ctx, opts); err != nil {
+		return nil, err
+	}
+	s := stream{initialPlanned: plan.Planned()}
+	_, err := w.run(ctx, "apply", []string{"apply", "-input=false", "-json", "-auto-approve", plan.File}, &s, opts)
+	return s.result(), err
+}
+
+// Destroy runs `destroy -auto-approve`. Confirming with the user is the
+// caller's job.
+func (w *Workspace) Destroy(ctx context.Context, opts RunOptions) (*Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ensureInit(ctx, opts); err != nil {
+		return nil, err
+	}
+	var s stream
+	_, err := w.run(ctx, "destroy", []string{"destroy", "-input=false", "-json", "-auto-approve"}, &s, opts)
+	return s.result(), err
+}
+
+// Output returns the root module's outputs (`output -json`). Sensitive
+// values are included in clear text: keep them out of logs and MQTT.
+func (w *Workspace) Output(ctx context.Context) (map[string]*tfjson.StateOutput, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ensureInit(ctx, RunOptions{}); err != nil {
+		return nil, err
+	}
+	out, err := w.run(ctx, "output", []string{"output", "-json"}, nil, RunOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]*tfjson.StateOutput{}
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("tofu output %s: %w", w.name, err)
+	}
+	return m, nil
+}
+
+// Validate runs `validate -json` against the real provider schemas. A
+// document with errors is not an error of Validate: check Valid and
+// Diagnostics.
+func (w *Workspace) Validate(ctx context.Context) (*tfjson.ValidateOutput, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ensureInit(ctx, RunOptions{}); err != nil {
+		return nil, err
+	}
+	out, err := w.run(ctx, "validate", []string{"validate", "-json"}, nil, RunOptions{})
+	var v tfjson.ValidateOutput
+	if jerr := json.Unmarshal(out, &v); jerr != nil {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("tofu validate %s: %w", w.name, jerr)
+	}
+	return &v, nil
+}
+
+// stream collects what a command's events say.
+type stream struct {
+	initialPlanned int
+	streamPlanned  int
+	sawPlanned     bool
+	completed      int
+
+	planned  []Event
+	errors   []Diagnostic
+	warnings []Diagnostic
+	summary  *ChangeSummary
+	outputs  map[string]OutputEvent
+}
+
+func (s *stream) total() int {
+	n := s.initialPlanned
+	if s.sawPlanned {
+		n = s.streamPlanned
+	}
+	return max(n, s.completed)
+}
+
+func (s *stream) handle(ev Event, opts RunOptions) {
+	switch ev.Type {
+	case EventPlannedChange:
+		s.planned = append(s.planned, ev)
+		s.sawPlanned = true
+		s.streamPlanned += changeWeight(ev.Action)
+	case EventLog:
+		// tofu init -json prints its errors as untyped lines.
+		if ev.Level == "error" {
+			s.errors = append(s.errors, Diagnostic{Severity: "error", Summary: strings.TrimPrefix(ev.Message, "Error: ")})
+		}
+	case EventDiagnostic:
+		if ev.Diagnostic.Severity == "error" {
+			s.errors = append(s.errors, *ev.Diagnostic)
+		} else {
+			s.warnings = append(s.warnings, *ev.Diagnostic)
+		}
+	case EventChangeSummary:
+		s.summary = ev.Changes
+	case EventOutputs:
+		s.outputs = ev.Outputs
+	}
+	if opts.OnEvent != nil {
+		opts.OnEvent(ev)
+	}
+	switch ev.Type {
+	case EventApplyStart, EventApplyComplete, EventApplyErrored:
+		if ev.Action == "read" {
+			return
+		}
+		if ev.Type == EventApplyComplete {
+			s.completed++
+		}
+		if opts.OnProgress != nil {
+			opts.OnProgress(Progress{Completed: s.completed, Planned: s.total(), Event: ev})
+		}
+	}
+}
+
+func (s *stream) result() *Result {
+	return &Result{Summary: s.summary, Outputs: s.outputs, Diagnostics: s.warnings}
+}
+
+// run executes one tofu command in the work dir. With s set, stdout is the
+// -json event stream; otherwise it is returned (output/validate documents).
+func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream, opts RunOptions) ([]byte, error) {
+	r := w.r
+	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.Timeout, fmt.Errorf("%w after %v", ErrTimeout, r.cfg.Timeout))
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, w.newError(op, -1, nil, "", ctxCause(ctx))
+	}
+
+	cmd := exec.Command(r.binary, args...)
+	cmd.Dir = w.dir
+	cmd.Env = w.environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Children that outlive tofu (a provisioner's orphan) must not keep us
+	// reading their stdout forever.
+	cmd.WaitDelay = 10 * time.Second
+	var stdout limitedBuffer
+	stdout.max = 64 << 20
+	var lw *lineWriter
+	if s != nil {
+		lw = &lineWriter{log: r.log.With(zap.String("tenant", w.name), zap.String("command", op)),
+			fn: func(ev Event) { s.handle(ev, opts) }}
+		cmd.Stdout = lw
+	} else {
+		cmd.Stdout = &stdout
+	}
+	stderr := limitedBuffer{max: 64 << 10, keepTail: true}
+	cmd.Stderr = &stderr
+
+	start := time.Now()
+	r.log.Debug("tofu", zap.String("tenant", w.name), zap.Strings("args", args))
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			err = fmt.Errorf("%w at %s", ErrTofuNotFound, r.binary)
+		}
+		return nil, w.newError(op, -1, nil, "", err)
+	}
+
+	// Cancellation: SIGINT to the group, SIGKILL after the grace period.
+	exited := make(chan struct{})
+	var killed, interrupted bool
+	var sigMu sync.Mutex
+	go func() {
+		select {
+		case <-exited:
+			return
+		case <-ctx.Done():
+		}
+		pgid := cmd.Process.Pid
+		sigMu.Lock()
+		interrupted = true
+		sigMu.Unlock()
+		r.log.Info("interrupting tofu", zap.String("tenant", w.name), zap.String("command", op),
+			zap.Duration("grace", r.cfg.GracePeriod), zap.Error(context.Cause(ctx)))
+		_ = syscall.Kill(-pgid, syscall.SIGINT)
+		t := time.NewTimer(r.cfg.GracePeriod)
+		defer t.Stop()
+		select {
+		case <-exited:
+		case <-t.C:
+			sigMu.Lock()
+			killed = true
+			sigMu.Unlock()
+			r.log.Warn("killing tofu after the grace period", zap.String("tenant", w.name), zap.String("command", op))
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}()
+	waitErr := cmd.Wait()
+	close(exited)
+	if lw != nil {
+		lw.flush()
+	}
+	sigMu.Lock()
+	wasKilled, wasInterrupted := killed, interrupted
+	sigMu.Unlock()
+	if wasInterrupted {
+		// Provisioner children that ignored SIGINT must not outlive us.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if wasKilled {
+		w.releaseOwnLock(start)
+	}
+
+	code := -1
+	if cmd.ProcessState != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	var diags []Diagnostic
+	if s != nil {
+		diags = s.errors
+	} else if code != 0 {
+		diags = diagnosticsOf(stdout.Bytes())
+	}
+	if waitErr != nil && code == 0 {
+		// tofu succeeded but a child it left behind held stdout open past
+		// WaitDelay.
+		r.log.Warn("tofu left a process holding its output", zap.String("tenant", w.name), zap.String("command", op), zap.Error(waitErr))
+	}
+	var cause error
+	switch {
+	case wasKilled:
+		cause = fmt.Errorf("%w (%w)", ErrKilled, ctxCause(ctx))
+	case wasInterrupted && code != 0:
+		cause = ctxCause(ctx)
+	}
+	if code != 0 || cause != nil {
+		// validate exits 1 for an invalid document: that is its answer.
+		if op == "validate" && code == 1 && cause == nil && json.Valid(stdout.Bytes()) {
+			return stdout.Bytes(), nil
+		}
+		return stdout.Bytes(), w.newError(op, code, diags, stderr.String(), cause)
+	}
+	return stdout.Bytes(), nil
+}
+
+func ctxCause(ctx context.Context) error {
+	c := context.Cause(ctx)
+	if errors.Is(c, context.Canceled) {
+		return ErrCanceled
+	}
+	if errors.Is(c, context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	return c
+}
+
+// releaseOwnLock clears a lock our SIGKILLed tofu left: commands of a tenant
+// run one at a time, so a lock taken since the command started was its.
+func (w *Workspace) releaseOwnLock(start time.Time) {
+	li, ok := w.r.store.LockOf(w.name)
+	if !ok || li.Created.Before(start.Add(-time.Second)) {
+		return
+	}
+	if err := w.r.store.ForceUnlock(w.name, li.ID); err != nil {
+		w.r.log.Error("releasing the lock of a killed tofu", zap.String("tenant", w.name), zap.Error(err))
+		return
+	}
+	w.r.log.Warn("released the state lock of a killed tofu", zap.String("tenant", w.name), zap.String("lock", li.ID))
+}
+
+// diagnosticsOf reads the diagnostics of a single-document JSON answer
+// (validate -json).
+func diagnosticsOf(out []byte) []Diagnostic {
+	var doc struct {
+		Diagnostics []Diagnostic `json:"diagnostics"`
+	}
+	if json.Unmarshal(out, &doc) != nil {
+		// output -json and friends print errors as UI lines.
+		var ds []Diagnostic
+		_ = ParseStream(strings.NewReader(string(out)), nil, func(ev Event) {
+			if ev.Diagnostic != nil && ev.Diagnostic.Severity == "error" {
+				ds = append(ds, *ev.Diagnostic)
+			}
+		})
+		return ds
+	}
+	var ds []Diagnostic
+	for _, d := range doc.Diagnostics {
+		if d.Severity == "error" {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// limitedBuffer keeps the first (or, with keepTail, the last) max bytes.
+type limitedBuffer struct {
+	buf      []byte
+	max      int
+	keepTail bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		if b.keepTail {
+			b.buf = append([]byte(nil), b.buf[len(b.buf)-b.max:]...)
+		} else {
+			b.buf = b.buf[:b.max]
+		}
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) Bytes() []byte  { return b.buf }
+func (b *limitedBuffer) String() string { return string(b.buf) }
