@@ -19,10 +19,6 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
-
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/metal"
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/oci"
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/openstack"
 )
 
 // cmdRun is the long-running add-on.

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/provider"
+	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
@@ -110,7 +111,7 @@ func (ts *tstate) prepare(ctx context.Context) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := provider.For(t.Provider)
+	r, err := platform.For(t.Provider)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	if err != nil {
 		return "", err
 	}
-	r, err := provider.For(p.t.Provider)
+	r, err := platform.For(p.t.Provider)
 	if err != nil {
 		return "", err
 	}

@@ -143,7 +143,7 @@ type Bridge struct {
 	tenants    map[string]*tenant.Tenant
 	order      []string
 	tstatus    map[string]tenant.Status
-	nstatus    map[string]tenant.NodeStatus // by node name
+	nstatus    map[string]tenant.NodeStatus // by "<tenant>/<node>"
 	autoApply  map[string]bool
 	armed      map[string]*time.Timer
 	operations int
@@ -532,6 +532,13 @@ func (b *Bridge) syncOnce() error {
 				b.published[ps[i].topic] = ps[i].payload
 			}
 			b.mu.Unlock()
+		}
+	}
+	if force && b.client.IsConnectionOpen() {
+		// The broker may have lost it too (restart without persistence).
+		tok := b.client.Publish(b.topics.availability(), 1, true, "online")
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			firstErr = errors.Join(errors.New("publish online failed"), tok.Error())
 		}
 	}
 	send(clear)

@@ -190,31 +190,20 @@ func (b *Bridge) SetTenants(ts []*tenant.Tenant) {
 			delete(b.tstatus, name)
 		}
 	}
-	for node, ns := range b.nstatus {
-		t := b.tenants[nodeTenant(node, b.tenants)]
+	for key := range b.nstatus {
+		tn, node, _ := strings.Cut(key, "/")
+		t := b.tenants[tn]
 		if t == nil {
-			delete(b.nstatus, node)
+			delete(b.nstatus, key)
 			continue
 		}
 		if _, ok := t.Node(node); !ok {
-			delete(b.nstatus, node)
+			delete(b.nstatus, key)
 		}
-		_ = ns
 	}
 	b.rebuildLocked()
 	b.mu.Unlock()
 	b.trigger()
-}
-
-// nodeTenant finds the tenant a node name belongs to.
-func nodeTenant(node string, ts map[string]*tenant.Tenant) string {
-	best := ""
-	for name := range ts {
-		if strings.HasPrefix(node, name+"-") && len(name) > len(best) {
-			best = name
-		}
-	}
-	return best
 }
 
 // SetTenantStatus updates a tenant's state document (published if changed).
@@ -243,7 +232,7 @@ func (b *Bridge) SetNodeStatus(tenantName, node string, st tenant.NodeStatus) {
 		b.mu.Unlock()
 		return
 	}
-	b.nstatus[node] = st
+	b.nstatus[tenantName+"/"+node] = st
 	b.refreshStateLocked(kindNode, ref{tenant: tenantName, node: node, group: n.Group})
 	b.mu.Unlock()
 	b.trigger()
@@ -382,7 +371,7 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		v = d
 	case kindNode:
 		n, _ := t.Node(r.node)
-		ns, ok := b.nstatus[r.node]
+		ns, ok := b.nstatus[r.tenant+"/"+r.node]
 		if !ok {
 			ns = tenant.NodeStatus{Stage: tenant.StagePending}
 			if n.Machine != nil {

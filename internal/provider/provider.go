@@ -3,15 +3,7 @@
 // back to the tenant's nodes.
 //
 // One renderer per platform lives in a sub-package (metal, oci, openstack);
-// each registers itself here from its init function, so a program that wants
-// provider.For to know every platform imports them once (blank imports in
-// main or engine):
-//
-//	import (
-//		_ "github.com/rezuscloud/rezuscloud/internal/provider/metal"
-//		_ "github.com/rezuscloud/rezuscloud/internal/provider/oci"
-//		_ "github.com/rezuscloud/rezuscloud/internal/provider/openstack"
-//	)
+// package platform picks the one a tenant needs.
 //
 // What every rendered document guarantees:
 //
@@ -43,7 +35,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
@@ -106,48 +97,6 @@ type Renderer interface {
 	// Nodes maps `tofu output -json` to the nodes it reports, sorted by
 	// name. Every renderer shares the output contract (ParseNodes).
 	Nodes(outputsJSON []byte) ([]NodeOutput, error)
-}
-
-var (
-	registryMu sync.RWMutex
-	registry   = map[tenant.Provider]Renderer{}
-)
-
-// Register makes a renderer available to For. Renderer packages call it from
-// init; registering a platform twice panics.
-func Register(r Renderer) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	p := r.Provider()
-	if _, dup := registry[p]; dup {
-		panic(fmt.Sprintf("provider: renderer for %q registered twice", p))
-	}
-	registry[p] = r
-}
-
-// For returns the renderer of a platform.
-func For(p tenant.Provider) (Renderer, error) {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	if r, ok := registry[p]; ok {
-		return r, nil
-	}
-	known := make([]string, 0, len(registry))
-	for k := range registry {
-		known = append(known, string(k))
-	}
-	sort.Strings(known)
-	if p == "" {
-		return nil, fmt.Errorf("provider: tenant names no provider (registered: %s)", listOrNone(known))
-	}
-	return nil, fmt.Errorf("provider: unknown provider %q (registered: %s; is its package imported?)", p, listOrNone(known))
-}
-
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }
 
 // NeedsNetworkStage reports whether a tenant needs the two-step render: a

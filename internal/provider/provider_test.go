@@ -5,39 +5,9 @@ import (
 	"testing"
 
 	"github.com/rezuscloud/rezuscloud/internal/provider"
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/metal"
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/oci"
-	_ "github.com/rezuscloud/rezuscloud/internal/provider/openstack"
+	"github.com/rezuscloud/rezuscloud/internal/provider/openstack"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
-
-func TestForKnowsEveryProvider(t *testing.T) {
-	for _, p := range tenant.Providers {
-		r, err := provider.For(p)
-		if err != nil {
-			t.Fatalf("For(%q): %v", p, err)
-		}
-		if r.Provider() != p {
-			t.Errorf("For(%q) gave the %q renderer", p, r.Provider())
-		}
-	}
-}
-
-func TestForUnknownProvider(t *testing.T) {
-	for _, p := range []tenant.Provider{"aws", ""} {
-		_, err := provider.For(p)
-		if err == nil {
-			t.Fatalf("For(%q): no error", p)
-		}
-		if !strings.Contains(err.Error(), "metal, oci, openstack") {
-			t.Errorf("For(%q): error %q does not list the known providers", p, err)
-		}
-	}
-	_, err := provider.For("aws")
-	if !strings.Contains(err.Error(), `unknown provider "aws"`) {
-		t.Errorf("error %q does not name the provider", err)
-	}
-}
 
 // recorded is the shape of a real `tofu output -json` (reference §2) for a
 // metal tenant, plus an unrelated sensitive output.
@@ -74,7 +44,7 @@ func TestParseNodes(t *testing.T) {
 			t.Errorf("node %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	r, _ := provider.For(tenant.ProviderOpenStack)
+	r := openstack.Renderer{}
 	viaRenderer, err := r.Nodes([]byte(recorded))
 	if err != nil || len(viaRenderer) != 2 {
 		t.Errorf("Renderer.Nodes: %v, %+v", err, viaRenderer)

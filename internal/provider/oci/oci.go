@@ -67,7 +67,6 @@ const (
 	MinBootVolumeGB     = 50
 )
 
-func init() { provider.Register(Renderer{}) }
 
 // Renderer renders OCI tenants.
 type Renderer struct{}
