@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/rezuscloud
 TOOLS    := .tools
 export REZUSCLOUD_TOFU        ?= $(CURDIR)/$(TOOLS)/bin/tofu
-export REZUSCLOUD_TOFU_MIRROR ?= $(CURDIR)/$(TOOLS)/tofurc
+export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
 # packages whose tests run under the race detector
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m

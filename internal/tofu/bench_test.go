@@ -5,79 +5,67 @@ import (
 	"fmt"
 	"os/exec"
 	"testing"
+	"time"
 )
 
-// The runner's plan+apply against raw `tofu plan -out && tofu apply` in the
-// same work dir, with the same environment (backend, encryption), over 20
-// terraform_data resources whose input changes every iteration.
+// BenchmarkPlanApply compares the runner's Plan+Apply with raw
+// `tofu plan -out=tfplan && tofu apply tfplan` in the same work dir with the
+// same environment (state backend, encryption), over 20 terraform_data
+// resources whose input changes before every plan (so each apply updates
+// all 20). Each iteration runs both, alternately, so that load from elsewhere
+// on the machine hits both alike; it reports runner-s/op, raw-s/op and their
+// ratio.
 //
-//	go test -run '^$' -bench PlanApply -benchtime 3x -count 3 ./internal/tofu/
-//
-// The two sub-benchmarks alternate under -count, so load from elsewhere
-// hits both alike.
-const benchResources = 20
-
-func benchWorkspace(b *testing.B) *Workspace {
+//	go test -run '^$' -bench PlanApply -benchtime 5x ./internal/tofu/
+func BenchmarkPlanApply(b *testing.B) {
+	const n = 20
 	r := newRunner(b, "", nil)
-	ws := workspace(b, r, "bench", dataDoc(benchResources, "init"))
-	plan, err := ws.Plan(context.Background(), RunOptions{})
+	ws := workspace(b, r, "bench", dataDoc(n, "init"))
+	ctx := context.Background()
+	plan, err := ws.Plan(ctx, RunOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ws.Apply(context.Background(), plan, RunOptions{}); err != nil {
+	if _, err := ws.Apply(ctx, plan, RunOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	return ws
-}
-
-func BenchmarkPlanApply(b *testing.B) {
-	b.Run("runner", benchRunnerPlanApply)
-	b.Run("raw", benchRawPlanApply)
-}
-
-func benchRunnerPlanApply(b *testing.B) {
-	ws := benchWorkspace(b)
-	ctx := context.Background()
-	i := 0
-	for b.Loop() {
-		i++
-		b.StopTimer()
-		if err := ws.WriteConfig(dataDoc(benchResources, fmt.Sprint(i))); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		plan, err := ws.Plan(ctx, RunOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if plan.Summary.Change != benchResources {
-			b.Fatalf("plan = %+v", plan.Summary)
-		}
-		if _, err := ws.Apply(ctx, plan, RunOptions{OnProgress: func(Progress) {}}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func benchRawPlanApply(b *testing.B) {
-	ws := benchWorkspace(b)
 	env := ws.environ()
-	run := func(args ...string) {
+	raw := func(args ...string) {
 		cmd := exec.Command(ws.r.binary, args...)
 		cmd.Dir, cmd.Env = ws.dir, env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}
+	var runnerTime, rawTime time.Duration
 	i := 0
 	for b.Loop() {
 		i++
-		b.StopTimer()
-		if err := ws.WriteConfig(dataDoc(benchResources, fmt.Sprint(i))); err != nil {
+		if err := ws.WriteConfig(dataDoc(n, fmt.Sprint("runner", i))); err != nil {
 			b.Fatal(err)
 		}
-		b.StartTimer()
-		run("plan", "-input=false", "-out=tfplan")
-		run("apply", "-input=false", "tfplan")
+		start := time.Now()
+		plan, err := ws.Plan(ctx, RunOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if plan.Summary.Change != n {
+			b.Fatalf("plan = %+v", plan.Summary)
+		}
+		if _, err := ws.Apply(ctx, plan, RunOptions{OnProgress: func(Progress) {}}); err != nil {
+			b.Fatal(err)
+		}
+		runnerTime += time.Since(start)
+
+		if err := ws.WriteConfig(dataDoc(n, fmt.Sprint("raw", i))); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		raw("plan", "-input=false", "-out=tfplan")
+		raw("apply", "-input=false", "tfplan")
+		rawTime += time.Since(start)
 	}
+	b.ReportMetric(runnerTime.Seconds()/float64(b.N), "runner-s/op")
+	b.ReportMetric(rawTime.Seconds()/float64(b.N), "raw-s/op")
+	b.ReportMetric(runnerTime.Seconds()/rawTime.Seconds(), "ratio")
 }
