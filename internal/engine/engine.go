@@ -231,20 +231,28 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 	e.mu.Unlock()
 	e.publishTenants()
 	for _, ts := range changed {
-		ts.mu.Lock()
-		infra, auto := ts.rec.Infra, ts.spec.AutoApply
-		ts.mu.Unlock()
-		if !infra {
-			continue // nothing provisioned: wait for Apply
-		}
-		name := "plan"
-		if auto {
-			name = "apply"
-		}
-		if err := e.enqueue(ts.name, name, nil); err != nil {
+		if err := e.specChanged(ts); err != nil {
 			e.log.Warn("queueing after a tenant file change", zap.String("tenant", ts.name), zap.Error(err))
 		}
 	}
+}
+
+// specChanged reacts to a new tenant file: a provisioned tenant plans, or
+// applies with auto_apply; one without infrastructure waits for Apply.
+// Whoever notices a change first (the file watcher or the command that
+// wrote the file) calls it, once per change.
+func (e *Engine) specChanged(ts *tstate) error {
+	ts.mu.Lock()
+	infra, auto := ts.rec.Infra, ts.spec != nil && ts.spec.AutoApply
+	ts.mu.Unlock()
+	if !infra {
+		return nil
+	}
+	op := "plan"
+	if auto {
+		op = "apply"
+	}
+	return e.enqueue(ts.name, op, nil)
 }
 
 // ensureLocked returns the tenant's state, creating it and its worker.
@@ -405,8 +413,9 @@ func (e *Engine) Destroy(ctx context.Context, name, confirm string) (any, error)
 	return e.queued(e.enqueue(name, "destroy", nil))
 }
 
-// Scale writes a group's node count into the tenant file (atomically) and
-// plans, or applies when the tenant has auto_apply.
+// Scale writes a group's node count into the tenant file (atomically).
+// A provisioned tenant then plans, or applies when it has auto_apply; an
+// unprovisioned one uses the new count at its next Apply.
 func (e *Engine) Scale(ctx context.Context, name, group string, count int) (any, error) {
 	ts, err := e.get(name)
 	if err != nil {
@@ -420,20 +429,13 @@ func (e *Engine) Scale(ctx context.Context, name, group string, count int) (any,
 		return nil, err
 	}
 	e.mu.Lock()
-	ts.setSpec(t)
+	changed := ts.setSpec(t)
 	e.mu.Unlock()
+	if !changed {
+		return done, nil // the file watcher noticed the change first and reacted
+	}
 	e.publishTenants()
-	op := "plan"
-	if t.AutoApply {
-		op = "apply"
-	}
-	ts.mu.Lock()
-	infra := ts.rec.Infra
-	ts.mu.Unlock()
-	if !infra && !t.AutoApply {
-		return done, nil // nothing provisioned yet: the new count is used by the next Apply
-	}
-	return e.queued(e.enqueue(name, op, nil))
+	return done, e.specChanged(ts)
 }
 
 // SetAutoApply writes auto_apply into the tenant file.
@@ -447,10 +449,13 @@ func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) (any, e
 		return nil, err
 	}
 	e.mu.Lock()
-	ts.setSpec(t)
+	changed := ts.setSpec(t)
 	e.mu.Unlock()
+	if !changed {
+		return done, nil
+	}
 	e.publishTenants()
-	return done, nil
+	return done, e.specChanged(ts)
 }
 
 // Bootstrap bootstraps etcd on the first control plane (a no-op when it

@@ -22,6 +22,10 @@
 // empty `"backend": {"http": {}}`; address and basic-auth credentials (a
 // random password per process) go to tofu as TF_HTTP_* env on every command,
 // so they are never written anywhere and a new port needs no new `init`.
+// When tofu cannot reach the backend (the add-on died mid-apply) it saves
+// the state it could not upload as errored.tfstate (encrypted) and leaves
+// the lock; the next command shows that lock, and once it is cleared imports
+// the file as a new state version before running.
 //
 // Encryption is tofu's own: the runner adds an `encryption` block (pbkdf2 +
 // aes_gcm, enforced for state and plan) to the document, whose passphrase is
@@ -463,7 +467,48 @@ func (w *Workspace) needsInit() (bool, error) {
 	return strings.TrimSpace(string(old)) != hash, nil
 }
 
-func (w *Workspace) ensureInit(ctx context.Context, opts RunOptions) error {
+// ErroredStateFile is where tofu writes state it could not upload (the
+// backend was gone, e.g. the add-on died mid-apply). It is encrypted like
+// any state.
+const ErroredStateFile = "errored.tfstate"
+
+// recoverErroredState imports a state tofu could not upload into the store,
+// as a new version (the previous one stays kept), before the next command
+// reads state. While the state is locked the import waits: the lock may be
+// the tofu that is still writing it, and the user must see and clear it
+// first (Runner.ForceUnlock).
+func (w *Workspace) recoverErroredState(op string) error {
+	p := filepath.Join(w.dir, ErroredStateFile)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
+	}
+	if li, locked := w.r.store.LockOf(w.name); locked {
+		e := w.newError(op, -1, nil, "", fmt.Errorf("%w: %s holds state tofu could not upload; it is imported once the lock is released", ErrStateLocked, ErroredStateFile))
+		e.Lock = &li
+		return e
+	}
+	if !json.Valid(data) {
+		return fmt.Errorf("tofu %s %s: %s is not JSON; move it away after checking it", op, w.name, p)
+	}
+	if err := w.r.store.Put(w.name, data, ""); err != nil {
+		return fmt.Errorf("tofu %s %s: importing %s: %w", op, w.name, ErroredStateFile, err)
+	}
+	dst := p + ".imported-" + time.Now().UTC().Format("20060102T150405Z")
+	if err := os.Rename(p, dst); err != nil {
+		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
+	}
+	w.r.log.Warn("imported state tofu could not upload earlier", zap.String("tenant", w.name), zap.String("file", dst))
+	return nil
+}
+
+func (w *Workspace) ensureInit(ctx context.Context, op string, opts RunOptions) error {
+	if err := w.recoverErroredState(op); err != nil {
+		return err
+	}
 	need, err := w.needsInit()
 	if err != nil {
 		return err
@@ -478,7 +523,7 @@ func (w *Workspace) ensureInit(ctx context.Context, opts RunOptions) error {
 func (w *Workspace) Plan(ctx context.Context, opts RunOptions) (*Plan, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.ensureInit(ctx, opts); err != nil {
+	if err := w.ensureInit(ctx, "plan", opts); err != nil {
 		return nil, err
 	}
 	file := filepath.Join(w.dir, PlanFile)
@@ -511,7 +556,7 @@ func (w *Workspace) Apply(ctx context.Context, plan *Plan, opts RunOptions) (*Re
 		return nil, fmt.Errorf("tofu apply %s: no plan", w.name)
 	}
 	defer os.Remove(plan.File)
-	if err := w.ensureInit(ctx, opts); err != nil {
+	if err := w.ensureInit(ctx, "apply", opts); err != nil {
 		return nil, err
 	}
 	s := stream{initialPlanned: plan.Planned()}
@@ -524,7 +569,7 @@ func (w *Workspace) Apply(ctx context.Context, plan *Plan, opts RunOptions) (*Re
 func (w *Workspace) Destroy(ctx context.Context, opts RunOptions) (*Result, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.ensureInit(ctx, opts); err != nil {
+	if err := w.ensureInit(ctx, "destroy", opts); err != nil {
 		return nil, err
 	}
 	var s stream
@@ -537,7 +582,7 @@ func (w *Workspace) Destroy(ctx context.Context, opts RunOptions) (*Result, erro
 func (w *Workspace) Output(ctx context.Context) (map[string]*tfjson.StateOutput, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.ensureInit(ctx, RunOptions{}); err != nil {
+	if err := w.ensureInit(ctx, "output", RunOptions{}); err != nil {
 		return nil, err
 	}
 	out, err := w.run(ctx, "output", []string{"output", "-json"}, nil, RunOptions{})
@@ -557,7 +602,7 @@ func (w *Workspace) Output(ctx context.Context) (map[string]*tfjson.StateOutput,
 func (w *Workspace) Validate(ctx context.Context) (*tfjson.ValidateOutput, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.ensureInit(ctx, RunOptions{}); err != nil {
+	if err := w.ensureInit(ctx, "validate", RunOptions{}); err != nil {
 		return nil, err
 	}
 	out, err := w.run(ctx, "validate", []string{"validate", "-json"}, nil, RunOptions{})
@@ -716,7 +761,13 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 		// Provisioner children that ignored SIGINT must not outlive us.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	if wasKilled {
+	var status syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	if wasKilled || status.Signaled() {
+		// Killed (by us after the grace period, or by anyone: the OOM
+		// killer) tofu cannot have unlocked.
 		w.releaseOwnLock(start)
 	}
 
@@ -763,8 +814,8 @@ func ctxCause(ctx context.Context) error {
 	return c
 }
 
-// releaseOwnLock clears a lock our SIGKILLed tofu left: commands of a tenant
-// run one at a time, so a lock taken since the command started was its.
+// releaseOwnLock clears a lock a killed tofu left: commands of a tenant run
+// one at a time, so a lock taken since the command started was its.
 func (w *Workspace) releaseOwnLock(start time.Time) {
 	li, ok := w.r.store.LockOf(w.name)
 	if !ok || li.Created.Before(start.Add(-time.Second)) {

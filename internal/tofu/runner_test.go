@@ -504,3 +504,53 @@ func TestValidateOpenStack(t *testing.T) {
 		t.Logf("%s: %s", d.Summary, d.Detail)
 	}
 }
+
+// The backend vanishing mid-apply (what tofu sees when the add-on dies):
+// tofu saves what it could not upload as errored.tfstate and leaves the
+// lock. The next process shows the stale lock, and once it is cleared
+// imports that state, so nothing tofu created is forgotten.
+func TestBackendGoneMidApply(t *testing.T) {
+	dataDir := t.TempDir()
+	r := newRunner(t, dataDir, nil)
+	ws := workspace(t, r, "lab", slowDoc(5))
+	plan, err := ws.Plan(context.Background(), RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ws.Apply(context.Background(), plan, RunOptions{OnEvent: func(ev Event) {
+		if ev.Type == EventApplyStart && ev.Resource.ResourceName == "slow" {
+			go r.server.Close(context.Background())
+		}
+	}})
+	if err == nil {
+		t.Fatal("apply succeeded without a backend")
+	}
+	if b, err := os.ReadFile(filepath.Join(ws.Dir(), ErroredStateFile)); err != nil || bytes.Contains(b, []byte(`"slow"`)) {
+		t.Fatalf("errored state: %v (plaintext: %v)", err, bytes.Contains(b, []byte(`"slow"`)))
+	}
+
+	r2 := newRunner(t, dataDir, nil)
+	li, ok := r2.Lock("lab")
+	if !ok {
+		t.Fatal("no stale lock after the backend vanished")
+	}
+	ws2 := workspace(t, r2, "lab", slowDoc(5))
+	_, err = ws2.Plan(context.Background(), RunOptions{})
+	if !errors.Is(err, ErrStateLocked) || !strings.Contains(err.Error(), ErroredStateFile) {
+		t.Fatalf("err = %v", err)
+	}
+	t.Log(err)
+	if err := r2.ForceUnlock("lab", li.ID); err != nil {
+		t.Fatal(err)
+	}
+	plan, err = ws2.Plan(context.Background(), RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.HasChanges() {
+		t.Errorf("state lost: plan = %+v %+v", plan.Summary, plan.Changes)
+	}
+	if _, err := os.Stat(filepath.Join(ws.Dir(), ErroredStateFile)); !os.IsNotExist(err) {
+		t.Error("errored.tfstate not moved away")
+	}
+}

@@ -1,0 +1,459 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
+	"github.com/rezuscloud/rezuscloud/internal/tofu"
+)
+
+// recorder is a Publisher that keeps the last state of everything and
+// wakes waiters on every change.
+type recorder struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	tenants []string
+	nodes   map[string][]string // tenant -> declared node names, as last set
+	status  map[string]tenant.Status
+	nstatus map[string]tenant.NodeStatus
+	events  []tenant.OperationEvent
+}
+
+func newRecorder() *recorder {
+	return &recorder{changed: make(chan struct{}), nodes: map[string][]string{},
+		status: map[string]tenant.Status{}, nstatus: map[string]tenant.NodeStatus{}}
+}
+
+func (r *recorder) notify() { close(r.changed); r.changed = make(chan struct{}) }
+
+func (r *recorder) SetTenants(ts []*tenant.Tenant) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tenants = nil
+	r.nodes = map[string][]string{}
+	for _, t := range ts {
+		r.tenants = append(r.tenants, t.Name)
+		for _, n := range t.Nodes() {
+			r.nodes[t.Name] = append(r.nodes[t.Name], n.Name)
+		}
+	}
+	r.notify()
+}
+func (r *recorder) SetTenantStatus(name string, st tenant.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status[name] = st
+	r.notify()
+}
+func (r *recorder) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nstatus[node] = st
+	r.notify()
+}
+func (r *recorder) SetBridgeStatus(int) {}
+func (r *recorder) PublishOperation(ev tenant.OperationEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	r.notify()
+}
+
+// wait waits until cond holds (checked under the lock after every change).
+func (r *recorder) wait(t *testing.T, what string, timeout time.Duration, cond func(r *recorder) bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		ok := cond(r)
+		ch := r.changed
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("timed out waiting for %s\nstatus: %+v\nevents: %+v", what, r.status, r.events)
+		}
+	}
+}
+
+// succeeded counts the successful operations of a name.
+func (r *recorder) succeeded(name string) int {
+	n := 0
+	for _, ev := range r.events {
+		if ev.Name == name && ev.Result == tenant.ResultSucceeded {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) lastEvent(name string) (tenant.OperationEvent, bool) {
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if r.events[i].Name == name && r.events[i].Result != tenant.ResultStarted {
+			return r.events[i], true
+		}
+	}
+	return tenant.OperationEvent{}, false
+}
+
+// fixture is an engine over simulated nodes with the real tofu.
+type fixture struct {
+	t       *testing.T
+	dir     string
+	store   *tenant.Store
+	rec     *recorder
+	sims    []*simnode.Node
+	runner  *tofu.Runner
+	eng     *Engine
+	cancel  context.CancelFunc
+	done    chan error
+	tofuBin string
+}
+
+const pass = "engine-test-passphrase-0123"
+
+// startSims starts n simulated nodes on port 50000 of a random loopback /24.
+func startSims(t *testing.T, n int) []*simnode.Node {
+	t.Helper()
+	world := simnode.NewWorld()
+	for try := 0; try < 10; try++ {
+		nw := fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256))
+		var sims []*simnode.Node
+		ok := true
+		for i := range n {
+			s, err := simnode.Start(context.Background(), simnode.Options{Addr: fmt.Sprintf("%s.%d:50000", nw, 10+i), World: world,
+				InstallDelay: 50 * time.Millisecond, RebootDelay: 50 * time.Millisecond, DownDelay: 100 * time.Millisecond,
+				BootDelay: 50 * time.Millisecond, ResetDelay: 50 * time.Millisecond})
+			if err != nil {
+				ok = false
+				break
+			}
+			sims = append(sims, s)
+		}
+		if ok {
+			t.Cleanup(func() {
+				for _, s := range sims {
+					s.Close()
+				}
+			})
+			return sims
+		}
+		for _, s := range sims {
+			s.Close()
+		}
+	}
+	t.Fatal("no free loopback /24 for the simulated nodes")
+	return nil
+}
+
+func tenantFile(addrs []string, workers int, auto bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "provider = \"metal\"\ntalos_version = \"%s\"\nkubernetes_version = \"1.35.0\"\nauto_apply = %v\n", simnode.DefaultTalosVersion, auto)
+	fmt.Fprintf(&b, "[[node_groups]]\nname = \"cp\"\nrole = \"controlplane\"\ncount = 1\n  [[node_groups.machines]]\n  address = \"%s\"\n  install_disk = \"/dev/sda\"\n", addrs[0])
+	fmt.Fprintf(&b, "[[node_groups]]\nname = \"workers\"\nrole = \"worker\"\ncount = %d\n", workers)
+	for _, a := range addrs[1:] {
+		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address = \"%s\"\n  install_disk = \"/dev/sda\"\n", a)
+	}
+	return b.String()
+}
+
+func newFixture(t *testing.T, nodes, workers int, auto bool) *fixture {
+	t.Helper()
+	bin, _ := testenv.Tofu(t)
+	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin}
+	f.sims = startSims(t, nodes)
+	tenants := filepath.Join(f.dir, "tenants")
+	os.MkdirAll(tenants, 0o700)
+	var addrs []string
+	for _, s := range f.sims {
+		addrs = append(addrs, s.Host())
+	}
+	if err := os.WriteFile(filepath.Join(tenants, "lab.toml"), []byte(tenantFile(addrs, workers, auto)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.store = &tenant.Store{Dir: tenants}
+	f.start()
+	return f
+}
+
+// start runs a new engine over the fixture's data dir.
+func (f *fixture) start() {
+	t := f.t
+	r, err := tofu.New(tofu.Config{Binary: f.tofuBin, DataDir: filepath.Join(f.dir, "data", "tofu"), Passphrase: pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runner = r
+	e, err := New(Options{DataDir: filepath.Join(f.dir, "data"), Store: f.store, Runner: r, Publisher: f.rec,
+		PollInterval: 200 * time.Millisecond, NodeTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.eng = e
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.done = make(chan error, 1)
+	go func() { f.done <- e.Run(ctx, 100*time.Millisecond) }()
+	select {
+	case <-e.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("engine not ready")
+	}
+	t.Cleanup(f.stop)
+}
+
+func (f *fixture) stop() {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	select {
+	case <-f.done:
+	case <-time.After(3 * time.Minute):
+		f.t.Error("engine did not stop")
+	}
+	f.runner.Close(context.Background())
+	f.cancel = nil
+}
+
+func phaseIs(p tenant.Phase) func(*recorder) bool {
+	return func(r *recorder) bool { return r.status["lab"].Phase == p && r.status["lab"].Operation == nil }
+}
+
+const long = 3 * time.Minute
+
+func TestApplyScaleDestroy(t *testing.T) {
+	f := newFixture(t, 4, 1, true)
+	r := f.rec
+	r.wait(t, "declared nodes pending", 10*time.Second, func(r *recorder) bool {
+		return len(r.nodes["lab"]) == 2 && r.nstatus["lab-cp-1"].Stage == tenant.StagePending && r.status["lab"].Phase == tenant.PhaseAbsent
+	})
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "phase running", long, phaseIs(tenant.PhaseRunning))
+	r.mu.Lock()
+	st := r.status["lab"]
+	ready := r.nstatus["lab-workers-1"]
+	r.mu.Unlock()
+	if st.NodesReady != 2 || st.NodesTotal != 2 || st.Progress != 100 || st.Problem {
+		t.Fatalf("status after apply: %+v", st)
+	}
+	if ready.Stage != tenant.StageRunning || !ready.Ready || ready.Address != f.sims[1].Host() {
+		t.Fatalf("worker status: %+v", ready)
+	}
+	kc := filepath.Join(f.dir, "data", "tenants", "lab", "kubeconfig")
+	if fi, err := os.Stat(kc); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig: %v %v", fi, err)
+	}
+	if c := f.sims[0].Calls(); c.Bootstrapped != 1 {
+		t.Fatalf("control plane bootstrapped %d times", c.Bootstrapped)
+	}
+
+	// scale up: the file changes and the new node comes up
+	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 3); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "4 nodes running", long, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.Phase == tenant.PhaseRunning && st.NodesReady == 4 && st.Operation == nil
+	})
+	data, _ := os.ReadFile(f.store.Path("lab"))
+	if !strings.Contains(string(data), "count = 3") {
+		t.Fatalf("tenant file not updated:\n%s", data)
+	}
+
+	// scale down: the removed nodes are reset gracefully and leave
+	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "2 nodes after scale down", long, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.Phase == tenant.PhaseRunning && st.NodesTotal == 2 && st.NodesReady == 2 && st.Operation == nil &&
+			len(r.nodes["lab"]) == 2 && r.succeeded("apply") == 3
+	})
+	for _, s := range f.sims[2:] {
+		if c := s.Calls(); c.ResetGraceful != 1 {
+			t.Errorf("node %s: %d graceful resets (calls %+v; events %+v)", s.Host(), c.ResetGraceful, c, f.rec.events)
+		}
+		if err := s.WaitStage(ctxTimeout(t, long), runtime.MachineStageMaintenance, false); err != nil {
+			t.Errorf("node %s not back in maintenance: %v", s.Host(), err)
+		}
+	}
+	if _, err := f.eng.Scale(context.Background(), "lab", "cp", 2); err == nil {
+		t.Fatal("even control plane count accepted")
+	}
+
+	// destroy: refused without the confirmation, then done
+	if _, err := f.eng.Destroy(context.Background(), "lab", "nope"); err == nil {
+		t.Fatal("destroy without confirm accepted")
+	}
+	if _, err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "phase absent", long, func(r *recorder) bool {
+		ev, ok := r.lastEvent("destroy")
+		return ok && ev.Result == tenant.ResultSucceeded && r.status["lab"].Phase == tenant.PhaseAbsent
+	})
+	r.mu.Lock()
+	for _, n := range r.nodes["lab"] {
+		if s := r.nstatus[n]; s.Stage != tenant.StagePending || s.Ready {
+			t.Errorf("node %s after destroy: %+v", n, s)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range f.sims[:2] {
+		if err := s.WaitStage(ctxTimeout(t, long), runtime.MachineStageMaintenance, false); err != nil {
+			t.Errorf("node %s not reset: %v", s.Host(), err)
+		}
+	}
+	if _, err := os.Stat(kc); err == nil {
+		t.Error("kubeconfig kept after destroy")
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "data", "tenants", "lab", "secrets.yaml")); err != nil {
+		t.Errorf("secrets bundle removed by destroy: %v", err)
+	}
+
+	// a second life of the same tenant works (the bundle is reused)
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running again", long, phaseIs(tenant.PhaseRunning))
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestPlanThenApplyAndOrphan checks that without auto_apply a change only
+// plans, that Apply applies that plan, and that removing the file of a
+// provisioned tenant orphans it without destroying anything.
+func TestPlanThenApplyAndOrphan(t *testing.T) {
+	f := newFixture(t, 2, 1, false)
+	r := f.rec
+	if _, err := f.eng.Plan(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "planned", long, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.Phase == tenant.PhasePlanned && st.Pending.Add == 2 && st.Operation == nil
+	})
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
+	if r.status["lab"].Pending != (tenant.Changes{}) {
+		t.Fatalf("pending after apply: %+v", r.status["lab"].Pending)
+	}
+	// scaling without auto_apply only plans
+	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "plan of the scale down", long, func(r *recorder) bool {
+		ev, ok := r.lastEvent("plan")
+		return ok && ev.Result == tenant.ResultSucceeded && r.status["lab"].Pending.Destroy == 1
+	})
+	if c := f.sims[1].Calls(); c.Reset != 0 {
+		t.Fatalf("a plan reset a node: %+v", c)
+	}
+	// removing the file orphans the tenant; nothing is reset
+	if err := os.Remove(f.store.Path("lab")); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "orphaned", long, func(r *recorder) bool {
+		return r.status["lab"].Phase == tenant.PhaseOrphaned && r.status["lab"].Problem
+	})
+	for _, s := range f.sims {
+		if c := s.Calls(); c.Reset != 0 {
+			t.Fatalf("removing the file reset %s", s.Host())
+		}
+	}
+	if _, err := f.eng.Apply(context.Background(), "lab"); err == nil {
+		t.Fatal("apply of an orphaned tenant accepted")
+	}
+	// an orphan survives a restart and can still be destroyed
+	f.stop()
+	f.start()
+	r.wait(t, "orphaned after restart", long, func(r *recorder) bool { return r.status["lab"].Phase == tenant.PhaseOrphaned })
+	if _, err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "orphan destroyed and gone", long, func(r *recorder) bool {
+		ev, ok := r.lastEvent("destroy")
+		return ok && ev.Result == tenant.ResultSucceeded && len(r.tenants) == 0
+	})
+	for _, s := range f.sims {
+		if err := s.WaitStage(ctxTimeout(t, long), runtime.MachineStageMaintenance, false); err != nil {
+			t.Errorf("node %s not reset: %v", s.Host(), err)
+		}
+	}
+}
+
+// TestInterruptedApplyConverges stops the engine in the middle of an apply
+// (while nodes install) and checks that a new engine shows the
+// interruption and that the next apply reaches running.
+func TestInterruptedApplyConverges(t *testing.T) {
+	f := newFixture(t, 2, 1, false)
+	r := f.rec
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "a node installing", long, func(r *recorder) bool {
+		return r.nstatus["lab-cp-1"].Stage == tenant.StageInstalling || r.status["lab"].Phase == tenant.PhaseBootstrapping
+	})
+	f.stop() // like SIGTERM: cancels the running apply gracefully
+	r.mu.Lock()
+	ev, ok := r.lastEvent("apply")
+	r.mu.Unlock()
+	if !ok || ev.Result != tenant.ResultCancelled {
+		t.Fatalf("apply after stop: %+v", ev)
+	}
+	f.start()
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running after restart", long, phaseIs(tenant.PhaseRunning))
+	if c := f.sims[0].Calls(); c.Bootstrapped != 1 {
+		t.Fatalf("bootstrapped %d times", c.Bootstrapped)
+	}
+}
+
+func TestCommandsCheckInput(t *testing.T) {
+	f := newFixture(t, 2, 1, false)
+	ctx := context.Background()
+	for name, call := range map[string]func() (any, error){
+		"apply unknown":     func() (any, error) { return f.eng.Apply(ctx, "nope") },
+		"scale unknown":     func() (any, error) { return f.eng.Scale(ctx, "lab", "nope", 1) },
+		"scale over pool":   func() (any, error) { return f.eng.Scale(ctx, "lab", "workers", 5) },
+		"reboot unprovided": func() (any, error) { return f.eng.Reboot(ctx, "lab", "lab-cp-1") },
+		"cancel idle":       func() (any, error) { return f.eng.Cancel(ctx, "lab") },
+		"destroy confirm":   func() (any, error) { return f.eng.Destroy(ctx, "lab", "") },
+	} {
+		if _, err := call(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	data, _ := os.ReadFile(f.store.Path("lab"))
+	if !strings.Contains(string(data), "count = 1") {
+		t.Fatalf("a refused command changed the file:\n%s", data)
+	}
+}
