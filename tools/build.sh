@@ -43,4 +43,4 @@ provider_installation {
 }
 RC
 mv "$out/tofurc.tmp" "$out/tofurc"
-TF_CLI_CONFIG_FILE="$out/tofurc" "$out/bin/tofu" version | head -n 1
+TF_CLI_CONFIG_FILE="$out/tofurc" "$out/bin/tofu" version | sed -n 1p

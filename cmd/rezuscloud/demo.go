@@ -104,13 +104,13 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, `rezuscloud demo: %d simulated Talos nodes (%s), tenant file %s
 watch:      mosquitto_sub -h %s -p %s -v -t '%s/#' -t 'homeassistant/device/#'
 provision:  mosquitto_pub -h %s -p %s -t %s/%s/apply -m PRESS
-scale:      mosquitto_pub -h %s -p %s -t %s/%s/workers/count/set -m 2
+scale:      mosquitto_pub -h %s -p %s -t %s/%s/workers/count/set -m %d
 destroy:    mosquitto_pub -h %s -p %s -t %s/bridge/request/destroy -m '{"tenant":"%s","confirm":"%s"}'
 stop:       Ctrl-C
 `, *nodes, strings.Join(addrs, ", "), tenantFile,
 		u.Hostname(), u.Port(), base,
 		u.Hostname(), u.Port(), base, demoTenant,
-		u.Hostname(), u.Port(), base, demoTenant,
+		u.Hostname(), u.Port(), base, demoTenant, max(*nodes-2, 0),
 		u.Hostname(), u.Port(), base, demoTenant, demoTenant)
 
 	return serve(ctx, cfg, stderr, serveHooks{

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -315,23 +316,27 @@ func TestE2EInterrupted(t *testing.T) {
 			},
 		},
 		{
-			name:   "while tofu runs",
+			name:   "while tofu applies",
 			delays: quickDelays,
 			trigger: func(t *testing.T, e *env) int {
-				// no event announces a child process: look for it
+				// no event announces a child process: look for `tofu apply`
+				// (after the plan: the tenant has infrastructure from now on)
 				deadline := time.After(phaseTimeout)
 				tick := time.NewTicker(2 * time.Millisecond)
 				defer tick.Stop()
 				for {
-					if pids := childrenNamed(e.proc.pid(), "tofu"); len(pids) > 0 {
-						return pids[0]
+					for _, pid := range childrenNamed(e.proc.pid(), "tofu") {
+						args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+						if strings.HasPrefix(string(args[bytes.IndexByte(args, 0)+1:]), "apply\x00") {
+							return pid
+						}
 					}
 					select {
 					case <-tick.C:
 					case <-e.proc.done:
 						t.Fatalf("rezuscloud exited (code %d) before tofu ran", e.proc.code)
 					case <-deadline:
-						t.Fatalf("tofu never ran as a child of rezuscloud")
+						t.Fatalf("tofu apply never ran as a child of rezuscloud")
 					}
 				}
 			},
@@ -377,17 +382,25 @@ func TestE2EInterrupted(t *testing.T) {
 			}
 
 			// restart on the same data dir
-			e.start()
-			d := e.waitTenant("the interrupted apply shown as failed", func(d tenantDoc) bool {
-				return d.LastOperation != nil && d.Operation == nil
-			})
-			if d.Phase != "failed" || !d.Problem || d.LastOperation.Name != "apply" ||
+			restart := e.start()
+			// the first state published after the restart
+			var d tenantDoc
+			for _, m := range e.cap.since(restart) {
+				if m.Topic == e.tenantStateTopic() && len(m.Payload) > 0 {
+					if err := json.Unmarshal(m.Payload, &d); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+			}
+			if d.Phase != "failed" || !d.Problem || d.LastOperation == nil || d.LastOperation.Name != "apply" ||
 				(d.LastOperation.Result != "failed" && d.LastOperation.Result != "cancelled") {
 				t.Errorf("after the restart: %v; want phase failed, problem, last operation apply failed/cancelled", d)
 			}
-			if !strings.Contains(strings.ToLower(d.LastOperation.Message), "interrupted") {
+			if d.LastOperation != nil && !strings.Contains(strings.ToLower(d.LastOperation.Message), "interrupted") {
 				t.Errorf("last operation message %q does not say the apply was interrupted (by the stop)", d.LastOperation.Message)
 			}
+			e.checkNoDeviceCleared(restart, e.node("cp", 1), e.node("workers", 1), e.node("workers", 2))
 
 			mark = e.cap.mark()
 			e.publish(applyTopic, "PRESS")
@@ -415,6 +428,17 @@ func TestE2EInterrupted(t *testing.T) {
 			e.mustSucceed(mark, "plan")
 			if d, _ := e.tenantState(); d.Pending != (pendingDoc{}) || d.Phase != "running" {
 				t.Errorf("plan after the converging apply: %v; want running with nothing pending", d)
+			}
+			// every operation queued before the plan has ended: only the
+			// pressed apply may have run since the restart
+			applies := 0
+			for _, ev := range e.events(restart) {
+				if ev.Operation == "apply" && ev.EventType == "started" {
+					applies++
+				}
+			}
+			if applies != 1 {
+				t.Errorf("%d applies ran after the restart, want 1 (the pressed one): the restart started an apply by itself", applies)
 			}
 			e.stop()
 
@@ -459,8 +483,8 @@ func TestE2EDemo(t *testing.T) {
 	}
 	c := startCapture(t, brokerURL)
 	e := &env{tb: t, opts: envOptions{tenant: "demo"}, cap: c, proc: p}
-	d := e.waitTenant("running, 3 of 3 ready", func(d tenantDoc) bool {
-		return d.Phase == "running" && d.NodesReady == 3 && d.NodesTotal == 3
+	d := e.waitTenant("running, 3 of 3 ready, the apply over", func(d tenantDoc) bool {
+		return d.Phase == "running" && d.NodesReady == 3 && d.NodesTotal == 3 && d.Operation == nil
 	})
 	if d.Problem || d.LastOperation == nil || d.LastOperation.Result != "succeeded" {
 		t.Errorf("demo tenant: %v", d)
@@ -520,4 +544,59 @@ func readPassphrase(t *testing.T, dataDir string) string {
 		t.Errorf("generated state passphrase: %v (%d bytes)", err, len(b))
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// recTB records the errors a check reports instead of failing the test.
+type recTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recTB) Helper() {}
+func (r *recTB) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}
+
+// TestE2ESecretChecksCatch shows that the secret checks of the end-to-end
+// tests can fail: a payload or log line carrying a value of a real secrets
+// bundle, a key, or the passphrase is caught; clean ones are not.
+func TestE2ESecretChecksCatch(t *testing.T) {
+	b, err := talos.NewSecrets(simnode.DefaultTalosVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), talos.SecretsFile)
+	if err := talos.SaveSecrets(path, b); err != nil {
+		t.Fatal(err)
+	}
+	const pass = "e2e-pass-0123456789abcdef"
+	known := append(tenantSecrets(t, path), pass)
+	keyLine := strings.Split(string(b.Certs.OS.Key), "\n")[1]
+	leaks := map[string]string{
+		"bootstrap token":   `{"message":"token ` + b.Secrets.BootstrapToken + `"}`,
+		"trustd token":      `{"note":"` + b.TrustdInfo.Token + `"}`,
+		"cluster secret":    `{"x":"` + b.Cluster.Secret + `"}`,
+		"a line of the key": `{"x":"` + keyLine + `"}`,
+		"the passphrase":    `{"message":"using ` + pass + `"}`,
+		"a PEM block":       `{"x":"-----BEGIN PRIVATE KEY-----"}`,
+	}
+	for name, payload := range leaks {
+		r := &recTB{TB: t}
+		checkNoSecrets(r, []mqttMsg{{Topic: "rezuscloud/lab/state", Payload: []byte(payload), Retained: true}}, known)
+		if len(r.errs) == 0 {
+			t.Errorf("MQTT check missed %s", name)
+		}
+		r = &recTB{TB: t}
+		checkLogNoSecrets(r, "2026-11-30T03:00:00Z INFO something "+payload+"\n", known)
+		if len(r.errs) == 0 {
+			t.Errorf("log check missed %s", name)
+		}
+	}
+	r := &recTB{TB: t}
+	clean := `{"phase":"running","nodes_ready":3,"nodes_total":3,"progress":100,"pending":{"add":0,"change":0,"destroy":0}}`
+	checkNoSecrets(r, []mqttMsg{{Topic: "rezuscloud/lab/state", Payload: []byte(clean), Retained: true}}, known)
+	checkLogNoSecrets(r, "INFO operation succeeded\n", known)
+	if len(r.errs) > 0 {
+		t.Errorf("clean payload flagged: %v", r.errs)
+	}
 }

@@ -686,8 +686,9 @@ count = %d   # set from Home Assistant
 }
 
 // start runs `rezuscloud run --config` and waits until it has published
-// its availability, the tenant's discovery and state.
-func (e *env) start() *proc {
+// its availability, the tenant's discovery and state. It returns the mark
+// of the capture from before the start.
+func (e *env) start() int {
 	e.tb.Helper()
 	mark := e.cap.mark()
 	e.proc = startProc(e.tb, "rezuscloud run", nil, "run", "--config", e.cfgPath)
@@ -706,7 +707,28 @@ func (e *env) start() *proc {
 		}
 		return on && d && s
 	})
-	return e.proc
+	return mark
+}
+
+// checkNoDeviceCleared fails when the retained discovery of a declared
+// device was cleared after mark: Home Assistant would delete the device
+// and its entities (with the user's names, areas and history links) and
+// create them anew.
+func (e *env) checkNoDeviceCleared(mark int, nodes ...string) {
+	e.tb.Helper()
+	ids := []string{e.tenantID()}
+	for _, n := range nodes {
+		ids = append(ids, e.nodeID(n))
+	}
+	for _, id := range ids {
+		for _, m := range e.cap.since(mark) {
+			if m.Topic == e.discTopic(id) && len(m.Payload) == 0 {
+				e.tb.Errorf("the start cleared the retained discovery of the declared device %s "+
+					"(Home Assistant deletes the device and its entities, then creates them anew)", id)
+				break
+			}
+		}
+	}
 }
 
 // stop sends SIGTERM and checks a clean exit that leaves availability offline.

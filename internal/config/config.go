@@ -197,7 +197,7 @@ func (c *Config) Validate() error {
 		bad("tofu.state_passphrase", "is shorter than 16 characters (OpenTofu's minimum); leave it empty to have one generated")
 	}
 	if c.HomeAssistant.URL != "" {
-		if u, err := url.Parse(c.HomeAssistant.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		if u, err := url.Parse(c.HomeAssistant.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("homeassistant.url", "%q must look like ws://homeassistant.local:8123/api/websocket", c.HomeAssistant.URL)
 		} else if c.HomeAssistant.Token == "" {
 			bad("homeassistant.token", "is required with homeassistant.url (a long-lived access token)")

@@ -138,7 +138,7 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	e.mu.Lock()
 	e.closed = true
 	for _, t := range e.ts {
-		close(t.queue)
+		t.close()
 	}
 	e.mu.Unlock()
 	e.wg.Wait() // workers end after their running operation was cancelled
@@ -163,8 +163,33 @@ func (e *Engine) Reload(ctx context.Context) (any, error) {
 	return done, nil
 }
 
+// releaseStaleLocks frees state locks left by a tofu that was killed: only
+// this process runs tofu on this data dir, so at start-up every lock is
+// stale.
+func (e *Engine) releaseStaleLocks(names []string) {
+	for _, name := range names {
+		info, held := e.opts.Runner.Lock(name)
+		if !held {
+			continue
+		}
+		if err := e.opts.Runner.ForceUnlock(name, info.ID); err != nil {
+			e.log.Error("releasing a stale state lock", zap.String("tenant", name), zap.String("lock", info.ID), zap.Error(err))
+			continue
+		}
+		e.log.Warn("released a stale state lock left by an interrupted tofu run", zap.String("tenant", name),
+			zap.String("lock", info.ID), zap.String("operation", info.Operation), zap.Time("created", info.Created))
+	}
+}
+
 // restore brings back tenants that have a record but maybe no file.
 func (e *Engine) restore() {
+	names := e.knownTenants()
+	if s, err := e.opts.Store.Load(); err == nil {
+		for _, t := range s.Tenants {
+			names = append(names, t.Name)
+		}
+	}
+	e.releaseStaleLocks(names)
 	for _, name := range e.knownTenants() {
 		rec, err := e.loadRecord(name)
 		if err != nil {
@@ -225,7 +250,9 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 		}
 		if ts.removeSpec() {
 			delete(e.ts, name)
-			close(ts.queue)
+			ts.close()
+			// nothing provisioned: the secrets bundle and record go with the file
+			e.removeTenantFiles(name)
 		}
 	}
 	e.mu.Unlock()

@@ -72,7 +72,7 @@ func (r *recorder) PublishOperation(ev tenant.OperationEvent) {
 }
 
 // wait waits until cond holds (checked under the lock after every change).
-func (r *recorder) wait(t *testing.T, what string, timeout time.Duration, cond func(r *recorder) bool) {
+func (r *recorder) wait(t testing.TB, what string, timeout time.Duration, cond func(r *recorder) bool) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
@@ -115,7 +115,7 @@ func (r *recorder) lastEvent(name string) (tenant.OperationEvent, bool) {
 
 // fixture is an engine over simulated nodes with the real tofu.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	store   *tenant.Store
 	rec     *recorder
@@ -130,7 +130,7 @@ type fixture struct {
 const pass = "engine-test-passphrase-0123"
 
 // startSims starts n simulated nodes on port 50000 of a random loopback /24.
-func startSims(t *testing.T, n int) []*simnode.Node {
+func startSims(t testing.TB, n int) []*simnode.Node {
 	t.Helper()
 	world := simnode.NewWorld()
 	for try := 0; try < 10; try++ {
@@ -174,7 +174,7 @@ func tenantFile(addrs []string, workers int, auto bool) string {
 	return b.String()
 }
 
-func newFixture(t *testing.T, nodes, workers int, auto bool) *fixture {
+func newFixture(t testing.TB, nodes, workers int, auto bool) *fixture {
 	t.Helper()
 	bin, _ := testenv.Tofu(t)
 	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin}
@@ -338,7 +338,7 @@ func TestApplyScaleDestroy(t *testing.T) {
 	r.wait(t, "running again", long, phaseIs(tenant.PhaseRunning))
 }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -195,7 +195,10 @@ func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
 	if apply && pending != nil && pending.docHash == hash {
 		plan = pending.plan
 	} else {
-		if plan, err = p.ws.Plan(ctx, tofu.RunOptions{}); err != nil {
+		start := time.Now()
+		plan, err = p.ws.Plan(ctx, tofu.RunOptions{})
+		ts.addTofu(time.Since(start))
+		if err != nil {
 			return "", err
 		}
 	}
@@ -235,7 +238,17 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	slices.Sort(removed)
 
 	if plan.HasChanges() {
-		ts.setPhase(tenant.PhaseProvisioning)
+		ts.mu.Lock()
+		for n := range declared {
+			if _, exists := rec.Nodes[n]; !exists {
+				s := ts.nodes[n]
+				s.Stage = tenant.StageProvisioning
+				ts.nodes[n] = s
+			}
+		}
+		ts.status.Phase = tenant.PhaseProvisioning
+		ts.mu.Unlock()
+		ts.publish()
 		if len(removed) > 0 {
 			if err := ts.resetNodes(ctx, removed, true); err != nil {
 				return "", err
@@ -245,6 +258,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 			return "", err
 		}
 		planned := plan.Planned()
+		start := time.Now()
 		_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
 			if pr.Planned > 0 {
 				ts.setProgress(pr.Completed * tofuShare / pr.Planned)
@@ -252,6 +266,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 				ts.setProgress(pr.Completed * tofuShare / planned)
 			}
 		}})
+		ts.addTofu(time.Since(start))
 		if err != nil {
 			return "", err
 		}
@@ -259,7 +274,9 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	ts.setStatus(func(s *tenant.Status) { s.Pending = tenant.Changes{}; s.Progress = tofuShare })
 
 	// nodes as tofu reports them
+	start := time.Now()
 	out, err := outputsJSON(ctx, p.ws)
+	ts.addTofu(time.Since(start))
 	if err != nil {
 		return "", err
 	}
@@ -351,33 +368,81 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), e.kubeconfigPath(ts.name)), nil
 }
 
+// addTofu adds to the time the running operation spent in tofu.
+func (ts *tstate) addTofu(d time.Duration) {
+	ts.mu.Lock()
+	ts.tofuTime += d
+	ts.mu.Unlock()
+}
+
 func (ts *tstate) currentSpecRaw() []byte {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return slices.Clone(ts.specRaw)
 }
 
-// configureNodes gives every node in maintenance mode its machine config
-// and waits for each node's secure API.
+// configureNodes gives every node in maintenance mode its machine config,
+// control planes first, and then waits for each node's secure API. The two
+// steps are apart because a worker's API comes up only after a control
+// plane of its cluster is configured (it gets its certificate from trustd):
+// waiting for workers while holding the slots a control plane needs would
+// never end.
 func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[string]nodeRecord, tc []byte) error {
 	e := ts.e
 	ctx, cancel := context.WithTimeout(ctx, e.opts.NodeTimeout)
 	defer cancel()
+	var order []string
+	for _, n := range p.t.Nodes() { // control-plane group first, as declared
+		if _, ok := nodes[n.Name]; ok && n.Role == tenant.RoleControlPlane {
+			order = append(order, n.Name)
+		}
+	}
+	for _, n := range p.t.Nodes() {
+		if _, ok := nodes[n.Name]; ok && n.Role != tenant.RoleControlPlane {
+			order = append(order, n.Name)
+		}
+	}
+	if err := parallel(ctx, order, func(name string) error {
+		return ts.configureNode(ctx, name, e.endpoint(nodes[name].Address), p.configs.Nodes[name], tc)
+	}); err != nil {
+		return err
+	}
+	return parallel(ctx, order, func(name string) error {
+		if _, err := talos.WaitSecure(ctx, e.endpoint(nodes[name].Address), tc); err != nil {
+			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// parallelism bounds the nodes worked on at once.
+const parallelism = 8
+
+// parallel runs fn for each name, a few at a time, in order of start, and
+// joins their errors.
+func parallel(ctx context.Context, names []string, fn func(name string) error) error {
 	var wg sync.WaitGroup
-	errs := make([]error, 0)
 	var mu sync.Mutex
-	sem := make(chan struct{}, 8)
-	for name, nr := range nodes {
+	var errs []error
+	sem := make(chan struct{}, parallelism)
+	for _, name := range names {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			mu.Lock()
+			errs = append(errs, context.Cause(ctx))
+			mu.Unlock()
+		}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
 			defer func() { <-sem }()
-			ep := e.endpoint(nr.Address)
-			err := ts.configureNode(ctx, name, ep, p.configs.Nodes[name], tc)
-			if err != nil {
+			if err := fn(name); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("node %s: %w", name, err))
+				errs = append(errs, err)
 				mu.Unlock()
 			}
 		}()
@@ -386,34 +451,31 @@ func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[str
 	return errors.Join(errs...)
 }
 
+// configureNode waits until a node answers and gives it its machine config
+// when it is in maintenance mode.
 func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []byte) error {
-	// wait until the node answers: in maintenance, or already configured
 	for {
 		st, err := talos.Status(ctx, ep, tc)
 		if err == nil {
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
 			if st.Stage == tenant.StageMaintenance {
 				if err := talos.ApplyMaintenance(ctx, ep, cfg); err != nil {
-					return fmt.Errorf("applying its machine config: %w", err)
+					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
 			}
 			if st.Stage != tenant.StageUnreachable {
-				break
+				return nil
 			}
 		} else if errors.Is(err, talos.ErrCredentials) {
-			return fmt.Errorf("the node at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", ep)
+			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("did not answer at %s: %w", ep, context.Cause(ctx))
+			return fmt.Errorf("node %s did not answer at %s: %w", name, ep, context.Cause(ctx))
 		case <-time.After(time.Second):
 		}
 	}
-	if _, err := talos.WaitSecure(ctx, ep, tc); err != nil {
-		return fmt.Errorf("waiting for its Talos API: %w", err)
-	}
-	return nil
 }
 
 // waitRunning waits until every node runs and is ready.
@@ -558,10 +620,24 @@ func (e *Engine) forget(ts *tstate) {
 	e.mu.Lock()
 	if cur, ok := e.ts[ts.name]; ok && cur == ts && !e.closed {
 		delete(e.ts, ts.name)
-		close(ts.queue)
+		ts.close()
 	}
+	ts.mu.Lock()
+	ts.forgotten = true
+	ts.mu.Unlock()
 	e.mu.Unlock()
-	os.Remove(talos.SecretsPath(e.tenantDir(ts.name)))
+	e.removeTenantFiles(ts.name)
+}
+
+// removeTenantFiles deletes what the engine kept of a tenant that has no
+// infrastructure and no file any more: its secrets bundle and record.
+func (e *Engine) removeTenantFiles(name string) {
+	for _, p := range []string{talos.SecretsPath(e.tenantDir(name)), e.recordPath(name)} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			e.log.Warn("removing a forgotten tenant's file", zap.String("file", p), zap.Error(err))
+		}
+	}
+	os.Remove(e.tenantDir(name)) // only if empty
 }
 
 // bootstrap bootstraps etcd once (AlreadyExists counts as done).

@@ -47,6 +47,11 @@ type tstate struct {
 	cur     string             // running operation, "" when idle
 	stop    context.CancelFunc // cancels the running operation
 	plan    *pendingPlan       // the last plan, waiting for Apply
+
+	forgotten bool // destroyed and without a file: keep no record
+
+	tofuTime time.Duration // spent in tofu by the running operation
+	lastTofu time.Duration // ... by the last finished one
 }
 
 func newTState(e *Engine, name string, rec record) *tstate {
@@ -325,16 +330,28 @@ func (ts *tstate) work() {
 	}
 }
 
-// cancel stops the running operation and drops the queued ones.
-func (ts *tstate) cancel() bool {
+// drain drops the queued operations.
+func (ts *tstate) drain() {
 	for {
 		select {
 		case <-ts.queue:
 			continue
 		default:
 		}
-		break
+		return
 	}
+}
+
+// close ends the worker once its running operation returns; queued
+// operations are dropped. Called with e.mu held, once.
+func (ts *tstate) close() {
+	ts.drain()
+	close(ts.queue)
+}
+
+// cancel stops the running operation and drops the queued ones.
+func (ts *tstate) cancel() bool {
+	ts.drain()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.stop == nil {
@@ -357,6 +374,9 @@ func (ts *tstate) run(op *operation) {
 	}
 	ctx, stop := context.WithCancel(base)
 	defer stop()
+	if ctx.Err() != nil {
+		return // shutting down
+	}
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -367,6 +387,7 @@ func (ts *tstate) run(op *operation) {
 	start := time.Now()
 	ts.mu.Lock()
 	ts.cur, ts.stop = op.name, stop
+	ts.tofuTime = 0
 	ts.rec.Running = op.name
 	rec := ts.rec
 	opName := op.name
@@ -397,6 +418,8 @@ func (ts *tstate) run(op *operation) {
 	last := &tenant.OperationResult{Name: op.name, Result: result, At: end, Message: msg}
 	ts.mu.Lock()
 	ts.cur, ts.stop = "", nil
+	ts.lastTofu = ts.tofuTime
+	tofuTook := ts.tofuTime
 	ts.rec.Running = ""
 	ts.rec.LastOperation = last
 	ts.status.Operation = nil
@@ -406,14 +429,17 @@ func (ts *tstate) run(op *operation) {
 	}
 	ts.rec.Phase = ts.status.Phase
 	rec = ts.rec
+	forgotten := ts.forgotten
 	ts.mu.Unlock()
-	if err := e.saveRecord(ts.name, rec); err != nil {
-		e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
+	if !forgotten {
+		if err := e.saveRecord(ts.name, rec); err != nil {
+			e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
+		}
 	}
 	e.publishTenants()
 	e.opts.Publisher.PublishOperation(tenant.OperationEvent{Tenant: ts.name, Name: op.name, Result: result,
 		Message: msg, Duration: end.Sub(start), At: end})
-	log := e.log.With(zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Duration("took", end.Sub(start).Round(time.Millisecond)))
+	log := e.log.With(zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Duration("took", end.Sub(start).Round(time.Millisecond)), zap.Duration("in_tofu", tofuTook.Round(time.Millisecond)))
 	if result == tenant.ResultSucceeded {
 		log.Info("operation succeeded", zap.String("message", msg))
 	} else {

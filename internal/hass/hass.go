@@ -128,9 +128,12 @@ type Bridge struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	kick   chan struct{}
-	flushq chan chan error
-	wg     sync.WaitGroup
-	sem    chan struct{}
+	// firstConn is closed when the first connection is up.
+	firstConn chan struct{}
+	firstOnce sync.Once
+	flushq    chan chan error
+	wg        sync.WaitGroup
+	sem       chan struct{}
 
 	mu         sync.Mutex
 	started    bool
@@ -175,6 +178,7 @@ func New(opts Options, cmd Commander, log *zap.Logger) *Bridge {
 		err:        err,
 		topics:     topics{base: opts.BaseTopic, prefix: opts.DiscoveryPrefix},
 		kick:       make(chan struct{}, 1),
+		firstConn:  make(chan struct{}),
 		flushq:     make(chan chan error),
 		sem:        make(chan struct{}, 16),
 		tenants:    map[string]*tenant.Tenant{},
@@ -219,6 +223,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		SetUsername(b.opts.Username).
 		SetPassword(b.opts.Password).
 		SetCleanSession(true).
+		SetStore(newCopyStore()).
 		SetResumeSubs(false).
 		SetOrderMatters(false).
 		SetKeepAlive(b.opts.KeepAlive).
@@ -226,8 +231,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		SetConnectTimeout(10*time.Second).
 		SetAutoReconnect(true).
 		SetMaxReconnectInterval(b.opts.MaxReconnectInterval).
-		SetConnectRetry(true).
-		SetConnectRetryInterval(time.Second).
+		SetConnectRetry(false). // connectFirst retries, reporting why
 		SetWriteTimeout(10*time.Second).
 		SetBinaryWill(b.topics.availability(), []byte("offline"), 1, true).
 		SetDefaultPublishHandler(b.onMessage).
@@ -249,42 +253,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 	b.wg.Add(1)
 	go b.publisher()
 
-	tok := b.client.Connect()
-	wait := time.NewTimer(b.opts.ConnectTimeout)
-	defer wait.Stop()
-	connected := make(chan struct{})
-	go func() {
-		for {
-			b.mu.Lock()
-			c := b.connected
-			b.mu.Unlock()
-			if c {
-				close(connected)
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-wait.C:
-				return
-			case <-b.ctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	select {
-	case <-connected:
-	case <-ctx.Done():
+	if err := b.connectFirst(ctx); err != nil {
 		b.Close()
-		return ctx.Err()
-	case <-wait.C:
-		err := tok.Error()
-		b.Close()
-		if err == nil {
-			err = errors.New("timed out")
-		}
-		return fmt.Errorf("hass: connect to %s: %w", redactURL(b.opts.URL), err)
+		return err
 	}
 
 	if b.opts.CleanupWindow > 0 {
@@ -299,6 +270,45 @@ func (b *Bridge) Start(ctx context.Context) error {
 	b.trigger()
 	b.log.Info("connected to mqtt", zap.String("url", redactURL(b.opts.URL)), zap.String("base", b.opts.BaseTopic))
 	return nil
+}
+
+// connectFirst connects, retrying with backoff until ConnectTimeout or ctx,
+// and waits until the connection is set up (online, subscriptions).
+func (b *Bridge) connectFirst(ctx context.Context) error {
+	deadline := time.NewTimer(b.opts.ConnectTimeout)
+	defer deadline.Stop()
+	backoff := 250 * time.Millisecond
+	var lastErr error
+	for {
+		tok := b.client.Connect()
+		select {
+		case <-tok.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("hass: connect to %s: timed out", redactURL(b.opts.URL))
+		}
+		if lastErr = tok.Error(); lastErr == nil {
+			break
+		}
+		b.log.Warn("mqtt connect failed; retrying", zap.String("url", redactURL(b.opts.URL)), zap.Error(lastErr))
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("hass: connect to %s: %w", redactURL(b.opts.URL), lastErr)
+		}
+		backoff = min(backoff*2, b.opts.MaxReconnectInterval)
+	}
+	select {
+	case <-b.firstConn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-deadline.C:
+		return fmt.Errorf("hass: connect to %s: connected but could not subscribe", redactURL(b.opts.URL))
+	}
 }
 
 // Close publishes offline, disconnects and stops the bridge's goroutines.
@@ -346,6 +356,7 @@ func (b *Bridge) onConnect() {
 	b.force = true
 	b.mu.Unlock()
 	b.log.Info("mqtt connected")
+	b.firstOnce.Do(func() { close(b.firstConn) })
 	b.trigger()
 }
 

@@ -47,7 +47,7 @@ func TestTLSWithPassword(t *testing.T) {
 	bad.ConnectTimeout = time.Second
 	bad.TLSConfig = &tls.Config{RootCAs: m.RootCAs}
 	err := New(bad, newFakeCmd(), nil).Start(context.Background())
-	if err == nil || strings.Contains(err.Error(), "wrong-pw") {
+	if err == nil || strings.Contains(err.Error(), "wrong-pw") || !strings.Contains(err.Error(), "not Authorized") {
 		t.Fatalf("bad password: %v", err)
 	}
 	// Untrusted certificate (system roots only): refused.
@@ -64,4 +64,15 @@ func TestRedactURL(t *testing.T) {
 	if s := redactURL("tcp://user:pw@host:1883"); strings.Contains(s, "pw") {
 		t.Error(s)
 	}
+}
+
+func TestStartWithoutBrokerFails(t *testing.T) {
+	o := fastOptions("tcp://127.0.0.1:1")
+	o.ConnectTimeout = 700 * time.Millisecond
+	start := time.Now()
+	err := New(o, newFakeCmd(), nil).Start(context.Background())
+	if err == nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+	t.Log(err)
 }
