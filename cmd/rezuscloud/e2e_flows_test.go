@@ -239,6 +239,51 @@ func TestE2ELifecycle(t *testing.T) {
 		t.FailNow()
 	}
 
+	t.Run("restart", func(t *testing.T) {
+		e.stop()
+		restart := e.start()
+		e.checkNoDeviceCleared(restart, cp, w1)
+		for _, n := range []string{w2, w3} {
+			if m, ok := e.cap.lastMsg(e.discTopic(e.nodeID(n))); ok && len(m.Payload) > 0 {
+				t.Errorf("the removed node %s is back in Home Assistant after the restart", n)
+			}
+		}
+		e.waitTenant("running, 2 of 2 ready", func(d tenantDoc) bool {
+			return d.Phase == "running" && d.NodesReady == 2 && d.NodesTotal == 2 && d.Operation == nil
+		})
+		// a plan through the tenant's queue: whatever the restart queued
+		// has run by its end
+		mark := e.cap.mark()
+		if r := e.request("plan", map[string]any{"tenant": "lab"}); r.Status != "ok" {
+			t.Fatalf("plan: %+v", r)
+		}
+		e.mustSucceed(mark, "plan")
+		for _, ev := range e.events(restart) {
+			if ev.Operation != "plan" {
+				t.Errorf("the restart of a running tenant with an unchanged file ran %s (%s) by itself", ev.Operation, ev.EventType)
+			}
+		}
+		var phases []string
+		for _, m := range e.cap.since(restart) {
+			var d tenantDoc
+			if m.Topic == e.tenantStateTopic() && json.Unmarshal(m.Payload, &d) == nil {
+				if len(phases) == 0 || phases[len(phases)-1] != d.Phase {
+					phases = append(phases, d.Phase)
+				}
+			}
+		}
+		t.Logf("tenant phases after the restart: %v", phases)
+		for _, p := range phases {
+			if p != "running" {
+				t.Errorf("the running tenant showed phase %q after the restart (phases: %v)", p, phases)
+				break
+			}
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
 	// read the secrets before the destroy (the bundle stays anyway)
 	secretsPath := talos.SecretsPath(filepath.Join(e.dataDir, "tenants", "lab"))
 	known := append(tenantSecrets(t, secretsPath), e.passphrase)

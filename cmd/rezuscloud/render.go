@@ -9,6 +9,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -87,7 +88,7 @@ func cmdRender(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		files[talos.SecretsFile] = enc
 	}
 	for name, data := range files {
-		if err := tenant.WriteFileAtomic(filepath.Join(*out, name), data, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(*out, name), data, 0o600); err != nil {
 			return fmt.Errorf("render: %w", err)
 		}
 	}

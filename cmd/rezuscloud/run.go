@@ -132,7 +132,21 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		LogLevel:        cfg.LogLevel,
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
+
+	// the engine reads the tenant files before the bridge takes commands,
+	// so that nothing sent right after start-up meets an empty engine
+	engCtx, stopEngine := context.WithCancel(ctx)
+	defer stopEngine()
+	runErr := make(chan error, 1)
+	go func() { runErr <- eng.Run(engCtx, 2*time.Second) }()
+	select {
+	case <-eng.Ready():
+	case err := <-runErr:
+		return err
+	}
 	if err := bridge.Start(ctx); err != nil {
+		stopEngine()
+		<-runErr
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	defer bridge.Close()
@@ -162,14 +176,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		log.Info("no Home Assistant WebSocket API configured: automations use the MQTT request API")
 	}
 
-	runErr := make(chan error, 1)
-	go func() { runErr <- eng.Run(ctx, 2*time.Second) }()
 	if hooks.started != nil {
-		select {
-		case <-eng.Ready():
-			hooks.started(eng)
-		case <-ctx.Done():
-		}
+		hooks.started(eng)
 	}
 	err = <-runErr
 	log.Info("stopped")

@@ -16,6 +16,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -697,7 +698,7 @@ func (e *Engine) writeSecretFile(name, file string, data []byte) error {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("tenant %s: %w", name, err)
 		}
-		if err := tenant.WriteFileAtomic(filepath.Join(d, file), data, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(d, file), data, 0o600); err != nil {
 			return fmt.Errorf("tenant %s: writing %s: %w", name, file, err)
 		}
 	}

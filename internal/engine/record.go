@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -75,7 +76,7 @@ func (e *Engine) saveRecord(name string, r record) error {
 	if err != nil {
 		return err
 	}
-	if err := tenant.WriteFileAtomic(e.recordPath(name), data, 0o600); err != nil {
+	if err := atomicfile.Write(e.recordPath(name), data, 0o600); err != nil {
 		return fmt.Errorf("tenant %s: engine record: %w", name, err)
 	}
 	return nil

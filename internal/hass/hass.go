@@ -53,7 +53,8 @@ type Options struct {
 	CleanupWindow time.Duration
 	// ConnectTimeout bounds Start's wait for the first connection (default 30 s).
 	ConnectTimeout time.Duration
-	// MaxReconnectInterval caps the reconnect backoff (default 10 s).
+	// MaxReconnectInterval caps the reconnect backoff (default 2 s, so a
+	// restarted broker has discovery and state back within 5 s).
 	MaxReconnectInterval time.Duration
 	// CommandTimeout bounds one Commander call (default 30 s).
 	CommandTimeout time.Duration
@@ -93,7 +94,7 @@ func (o *Options) defaults() error {
 	def(&o.ArmTimeout, 60*time.Second)
 	def(&o.CleanupWindow, 3*time.Second)
 	def(&o.ConnectTimeout, 30*time.Second)
-	def(&o.MaxReconnectInterval, 10*time.Second)
+	def(&o.MaxReconnectInterval, 2*time.Second)
 	def(&o.CommandTimeout, 30*time.Second)
 	def(&o.KeepAlive, 30*time.Second)
 	if !baseRE.MatchString(o.BaseTopic) {

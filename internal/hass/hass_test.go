@@ -256,9 +256,13 @@ func TestBirthRepublish(t *testing.T) {
 
 func TestBrokerRestartRepublishes(t *testing.T) {
 	m := broker(t) // no persistence: the restart loses every retained message
-	b := startBridge(t, fastOptions(m.URL), newFakeCmd(), []*tenant.Tenant{labTenant()})
+	opts := fastOptions(m.URL)
+	opts.MaxReconnectInterval = 0 // the default backoff
+	b := startBridge(t, opts, newFakeCmd(), []*tenant.Tenant{labTenant()})
 	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseRunning})
 	_ = b.Sync(context.Background())
+	m.Stop()
+	time.Sleep(3 * time.Second) // let paho's backoff grow
 	m.Restart()
 	start := time.Now()
 	// Poll with fresh subscribers: retained copies must be back.

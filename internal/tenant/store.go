@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 )
 
 // Store is the directory of tenant files: one <name>.toml per tenant.
@@ -169,7 +171,7 @@ func (s *Store) edit(name string, change func(*Tenant) (field, value string, err
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: %s = %s is not allowed:\n%w", name, field, value, err)
 	}
-	if err := WriteFileAtomic(path, out, 0o644); err != nil {
+	if err := atomicfile.Write(path, out, 0o644); err != nil {
 		return nil, fmt.Errorf("tenant %s: %w", name, err)
 	}
 	return nt, nil
@@ -225,40 +227,4 @@ func setValue(data []byte, field, value string) ([]byte, error) {
 	b.WriteString(key + " = " + value + "\n")
 	b.Write(data[at:])
 	return b.Bytes(), nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file in the same
-// directory, synced and renamed over path, so a crash leaves either the old
-// or the new file, never half of one.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op after the rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }

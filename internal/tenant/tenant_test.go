@@ -116,6 +116,7 @@ func TestRules(t *testing.T) {
 		name, base, file, old, new, field, msg string
 	}{
 		{"bad tenant name", goodMetal, "Lab_1", "", "", "", "tenant name"},
+		{"reserved tenant name", goodMetal, "bridge", "", "", "", "reserved"},
 		{"long tenant name", goodMetal, strings.Repeat("a", 41), "", "", "", "longer than 40"},
 		{"unknown key", goodMetal, "", `display_name = "Lab"`, `dispaly_name = "Lab"`, "dispaly_name", "unknown key (did you mean \"display_name\"?)"},
 		{"unknown group key", goodMetal, "", `role = "worker"`, `role = "worker"` + "\nzone = 1", "node_groups[1].zone", "unknown key"},

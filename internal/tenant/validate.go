@@ -39,6 +39,8 @@ func CheckName(s string) error {
 		return fmt.Errorf("%q is longer than %d characters", s, MaxNameLen)
 	case !dnsLabel.MatchString(s):
 		return fmt.Errorf("%q must be lower-case letters, digits and '-', starting and ending with a letter or digit", s)
+	case s == "bridge":
+		return fmt.Errorf(`"bridge" is reserved for the add-on's own device`)
 	}
 	return nil
 }

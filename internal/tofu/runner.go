@@ -62,6 +62,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
@@ -178,7 +179,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	r.cliConfig = filepath.Join(cfg.DataDir, "tofurc")
-	if err := httpstate.WriteFileAtomic(r.cliConfig, r.cliBytes, 0o600); err != nil {
+	if err := atomicfile.Write(r.cliConfig, r.cliBytes, 0o600); err != nil {
 		return nil, fmt.Errorf("tofu: CLI config: %w", err)
 	}
 	if r.store, err = httpstate.Open(filepath.Join(cfg.DataDir, "state"), cfg.KeepVersions); err != nil {
@@ -315,7 +316,7 @@ func (w *Workspace) WriteConfig(doc []byte) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return httpstate.WriteFileAtomic(filepath.Join(w.dir, ConfigFile), out, 0o600)
+	return atomicfile.Write(filepath.Join(w.dir, ConfigFile), out, 0o600)
 }
 
 // environ builds the command environment from scratch: PATH, HOME, tofu's
@@ -444,7 +445,7 @@ func (w *Workspace) init(ctx context.Context, opts RunOptions) error {
 	if _, err := w.run(ctx, "init", []string{"init", "-input=false", "-json", "-reconfigure", "-upgrade"}, &s, opts); err != nil {
 		return err
 	}
-	return httpstate.WriteFileAtomic(stamp, []byte(hash+"\n"), 0o600)
+	return atomicfile.Write(stamp, []byte(hash+"\n"), 0o600)
 }
 
 // needsInit reports whether the init stamp is missing or stale.

@@ -26,7 +26,6 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-
 // Renderer renders metal tenants.
 type Renderer struct{}
 

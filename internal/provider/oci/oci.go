@@ -67,7 +67,6 @@ const (
 	MinBootVolumeGB     = 50
 )
 
-
 // Renderer renders OCI tenants.
 type Renderer struct{}
 

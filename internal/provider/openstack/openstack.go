@@ -45,7 +45,6 @@ const (
 // DefaultVolumeGB is the boot volume size of a group without volume_gb.
 const DefaultVolumeGB = 20
 
-
 // Renderer renders OpenStack tenants.
 type Renderer struct{}
 

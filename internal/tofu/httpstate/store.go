@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 )
 
 // DefaultKeep is how many state versions a Store keeps per tenant when
@@ -229,7 +231,7 @@ func (s *Store) put(dir string, data []byte) error {
 	if len(vs) > 0 {
 		next = vs[len(vs)-1].Seq + 1
 	}
-	if err := WriteFileAtomic(versionFile(dir, next), data, 0o600); err != nil {
+	if err := atomicfile.Write(versionFile(dir, next), data, 0o600); err != nil {
 		return err
 	}
 	// Prune after the new version is durable: the oldest go first.
@@ -315,7 +317,7 @@ func (s *Store) lockRaw(name string, info LockInfo, raw []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return WriteFileAtomic(lockFile(dir), raw, 0o600)
+	return atomicfile.Write(lockFile(dir), raw, 0o600)
 }
 
 // Unlock releases the lock of name held under id. Unlocking a state that is
@@ -360,38 +362,6 @@ func (s *Store) ForceUnlock(name, id string) error {
 		return fmt.Errorf("force-unlock: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic writes data to path so that a crash leaves either the old
-// file or the new one: a temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
 }
 
 func removeDurable(path string) error {
