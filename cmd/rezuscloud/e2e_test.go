@@ -857,6 +857,38 @@ func (e *env) events(mark int) []eventDoc {
 	return out
 }
 
+// opsBetween lists the operations the tenant ran between two marks, as
+// its state documents (operation) and the operation events show them (the
+// events of an operation that started before the bridge connected are not
+// published; its state still shows it).
+func (e *env) opsBetween(from, to int) []string {
+	var out []string
+	add := func(op string) {
+		if !slices.Contains(out, op) {
+			out = append(out, op)
+		}
+	}
+	msgs := e.cap.since(from)
+	if to >= from && to-from < len(msgs) {
+		msgs = msgs[:to-from]
+	}
+	for _, m := range msgs {
+		switch m.Topic {
+		case e.tenantStateTopic():
+			var d tenantDoc
+			if json.Unmarshal(m.Payload, &d) == nil && d.Operation != nil {
+				add(*d.Operation)
+			}
+		case base + "/bridge/event":
+			var d eventDoc
+			if json.Unmarshal(m.Payload, &d) == nil && d.Tenant == e.opts.tenant {
+				add(d.Operation)
+			}
+		}
+	}
+	return out
+}
+
 func (e *env) publish(topic, payload string) {
 	e.tb.Helper()
 	if tok := e.pub.Publish(topic, 1, false, payload); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {

@@ -424,14 +424,27 @@ func TestInterruptedApplyConverges(t *testing.T) {
 	r.mu.Lock()
 	ev, ok := r.lastEvent("apply")
 	r.mu.Unlock()
-	if !ok || ev.Result != tenant.ResultCancelled {
+	if !ok || ev.Result != tenant.ResultFailed || !strings.Contains(ev.Message, "interrupted when rezuscloud stopped") {
 		t.Fatalf("apply after stop: %+v", ev)
 	}
 	f.start()
+	r.wait(t, "shown as interrupted after the restart", 30*time.Second, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.Phase == tenant.PhaseFailed && st.Problem && st.LastOperation != nil &&
+			strings.Contains(st.LastOperation.Message, "interrupted")
+	})
+	r.mu.Lock()
+	starts := len(r.events)
+	r.mu.Unlock()
 	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running after restart", long, phaseIs(tenant.PhaseRunning))
+	r.mu.Lock()
+	if r.events[starts].Name != "apply" || r.events[starts].Result != tenant.ResultStarted {
+		t.Errorf("the restart ran an operation by itself: %+v", r.events[starts])
+	}
+	r.mu.Unlock()
 	if c := f.sims[0].Calls(); c.Bootstrapped != 1 {
 		t.Fatalf("bootstrapped %d times", c.Bootstrapped)
 	}

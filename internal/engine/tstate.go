@@ -49,13 +49,18 @@ type tstate struct {
 	plan    *pendingPlan       // the last plan, waiting for Apply
 
 	forgotten bool // destroyed and without a file: keep no record
+	seen      bool // a file was seen since start-up
+	// polled names the nodes the poller reported since start-up: until
+	// every node was, running and degraded are not judged
+	polled map[string]bool
 
 	tofuTime time.Duration // spent in tofu by the running operation
 	lastTofu time.Duration // ... by the last finished one
 }
 
 func newTState(e *Engine, name string, rec record) *tstate {
-	ts := &tstate{e: e, name: name, queue: make(chan *operation, queueLen), rec: rec, nodes: map[string]tenant.NodeStatus{}}
+	ts := &tstate{e: e, name: name, queue: make(chan *operation, queueLen), rec: rec, nodes: map[string]tenant.NodeStatus{},
+		polled: map[string]bool{}}
 	ts.status = tenant.Status{Phase: tenant.PhaseAbsent, LastOperation: rec.LastOperation}
 	if rec.Infra && rec.Phase != "" {
 		ts.status.Phase = rec.Phase
@@ -65,7 +70,7 @@ func newTState(e *Engine, name string, rec record) *tstate {
 		ts.status.Phase = tenant.PhaseFailed
 		ts.status.Problem = true
 		ts.status.LastOperation = &tenant.OperationResult{Name: rec.Running, Result: tenant.ResultFailed, At: time.Now(),
-			Message: fmt.Sprintf("%s was interrupted when rezuscloud stopped; press Apply to converge", rec.Running)}
+			Message: interrupted(rec.Running)}
 		ts.rec.Running = ""
 		ts.rec.Phase = tenant.PhaseFailed
 		ts.rec.LastOperation = ts.status.LastOperation
@@ -79,13 +84,27 @@ func newTState(e *Engine, name string, rec record) *tstate {
 	return ts
 }
 
+// interrupted is the message of an operation that a stop of rezuscloud
+// interrupted.
+func interrupted(op string) string {
+	return fmt.Sprintf("%s was interrupted when rezuscloud stopped; press Apply to converge", op)
+}
+
 // setSpec takes a new version of the tenant file; it reports a change.
 // Called with e.mu held.
 func (ts *tstate) setSpec(t *tenant.Tenant) bool {
 	raw, _ := os.ReadFile(t.Path)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	changed := ts.spec == nil || !bytes.Equal(raw, ts.specRaw)
+	var changed bool
+	if ts.spec == nil && !ts.seen {
+		// first sight since start-up: a change only if the file differs
+		// from the spec last applied (a restart alone runs nothing)
+		changed = len(ts.rec.Spec) > 0 && !bytes.Equal(raw, ts.rec.Spec)
+	} else {
+		changed = ts.spec == nil || !bytes.Equal(raw, ts.specRaw)
+	}
+	ts.seen = true
 	wasOrphan := ts.spec == nil && ts.rec.Infra
 	ts.spec, ts.specRaw = t, raw
 	if changed {
@@ -228,7 +247,13 @@ func (ts *tstate) recountLocked() {
 		}
 	}
 	ts.status.NodesReady, ts.status.NodesTotal = ready, total
-	if ts.cur == "" && ts.spec != nil {
+	allPolled := true
+	for n := range ts.rec.Nodes {
+		if !ts.polled[n] {
+			allPolled = false
+		}
+	}
+	if ts.cur == "" && ts.spec != nil && allPolled {
 		switch ts.status.Phase {
 		case tenant.PhaseRunning:
 			if ready < total {
@@ -276,6 +301,9 @@ func (e *Engine) onNodeState(key string, st talos.NodeState) {
 	if err != nil {
 		return
 	}
+	ts.mu.Lock()
+	ts.polled[node] = true
+	ts.mu.Unlock()
 	ts.setNode(node, func(s *tenant.NodeStatus) {
 		s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
 		if st.TalosVersion != "" {
@@ -407,6 +435,12 @@ func (ts *tstate) run(op *operation) {
 	result := tenant.ResultSucceeded
 	switch {
 	case err == nil:
+	case base.Err() != nil:
+		// rezuscloud is stopping: the operation was interrupted, not
+		// cancelled by the user; tofu saved its state
+		result = tenant.ResultFailed
+		e.log.Info("operation interrupted by shutdown", zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Error(err))
+		msg = interrupted(op.name)
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
 		result = tenant.ResultCancelled
 		msg = fmt.Sprintf("%s was cancelled: %v. Press Apply to converge.", op.name, err)

@@ -35,7 +35,8 @@ type Options struct {
 	InstallDelay, RebootDelay, DownDelay, BootDelay, ResetDelay time.Duration
 	// World is the set of nodes that can form clusters together (shared
 	// etcd bootstrap state and the trustd stand-in workers get their
-	// certificates from). nil: the process-wide DefaultWorld.
+	// certificates from). nil: a World of the node's own, so it forms a
+	// cluster with no other node.
 	World *World
 }
 
@@ -95,7 +96,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		opts.TalosVersion = DefaultTalosVersion
 	}
 	if opts.World == nil {
-		opts.World = DefaultWorld
+		opts.World = NewWorld()
 	}
 	host, _, err := net.SplitHostPort(opts.Addr)
 	if err != nil {

@@ -25,8 +25,6 @@ type World struct {
 // NewWorld returns an empty World.
 func NewWorld() *World { return &World{clusters: map[string]*cluster{}} }
 
-// DefaultWorld is the World of nodes started without one.
-var DefaultWorld = NewWorld()
 
 type cluster struct {
 	key          string
