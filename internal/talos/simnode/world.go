@@ -25,7 +25,6 @@ type World struct {
 // NewWorld returns an empty World.
 func NewWorld() *World { return &World{clusters: map[string]*cluster{}} }
 
-
 type cluster struct {
 	key          string
 	issuer       *x509.PEMEncodedCertificateAndKey // OS CA with its key, once a control plane joined
