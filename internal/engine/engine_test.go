@@ -470,3 +470,42 @@ func TestCommandsCheckInput(t *testing.T) {
 		t.Fatalf("a refused command changed the file:\n%s", data)
 	}
 }
+
+// TestConfigChangeReachesRunningNodes edits the tenant file of a running
+// cluster (a new config patch) and checks that every node gets its new
+// machine config through the secure API, once.
+func TestConfigChangeReachesRunningNodes(t *testing.T) {
+	f := newFixture(t, 2, 1, true)
+	r := f.rec
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
+	// Apply again: nothing changed, so no node is given its config again
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "second apply", long, func(r *recorder) bool { return r.succeeded("apply") == 2 })
+	for _, s := range f.sims {
+		if c := s.Calls(); c.Apply != 1 {
+			t.Fatalf("node %s: %d config applies after an unchanged apply", s.Host(), c.Apply)
+		}
+	}
+	data, _ := os.ReadFile(f.store.Path("lab"))
+	patched := strings.Replace(string(data), "auto_apply = true\n",
+		"auto_apply = true\nconfig_patches = [\"\"\"machine: {kubelet: {extraArgs: {max-pods: \"150\"}}}\"\"\"]\n", 1)
+	if err := os.WriteFile(f.store.Path("lab"), []byte(patched), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "apply of the changed file", long, func(r *recorder) bool {
+		return r.succeeded("apply") == 3 && r.status["lab"].Phase == tenant.PhaseRunning
+	})
+	for _, s := range f.sims {
+		if c := s.Calls(); c.Apply != 2 || c.ApplyRejected != 0 {
+			t.Errorf("node %s: calls %+v, want 2 applies", s.Host(), c)
+		}
+		if !strings.Contains(string(s.Config()), "max-pods") {
+			t.Errorf("node %s does not run the patched config", s.Host())
+		}
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -292,7 +293,11 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	nodes := map[string]nodeRecord{}
 	for _, o := range outs {
 		if n, ok := declared[o.Name]; ok {
-			nodes[o.Name] = nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
+			nr := nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
+			if old, ok := rec.Nodes[o.Name]; ok && old.Address == o.Address && old.ID == o.ID {
+				nr.ConfigHash = old.ConfigHash // the same machine: it has that config
+			}
+			nodes[o.Name] = nr
 		}
 	}
 	for n := range declared {
@@ -452,21 +457,32 @@ func parallel(ctx context.Context, names []string, fn func(name string) error) e
 	return errors.Join(errs...)
 }
 
-// configureNode waits until a node answers and gives it its machine config
-// when it is in maintenance mode.
+// configureNode waits until a node answers and gives it its machine
+// config: through the maintenance API when it waits for one, through the
+// secure API when it runs with an older one.
 func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []byte) error {
+	sum := sha256.Sum256(cfg)
+	hash := hex.EncodeToString(sum[:])
 	for {
 		st, err := talos.Status(ctx, ep, tc)
 		if err == nil {
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
-			if st.Stage == tenant.StageMaintenance {
+			switch st.Stage {
+			case tenant.StageMaintenance:
 				if err := talos.ApplyMaintenance(ctx, ep, cfg); err != nil {
 					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
-			}
-			if st.Stage != tenant.StageUnreachable {
-				return nil
+				return ts.configApplied(name, hash)
+			case tenant.StageUnreachable:
+			default:
+				if ts.appliedHash(name) == hash {
+					return nil
+				}
+				if err := talos.ApplyConfig(ctx, ep, tc, cfg); err != nil {
+					return fmt.Errorf("node %s: applying its changed machine config: %w", name, err)
+				}
+				return ts.configApplied(name, hash)
 			}
 		} else if errors.Is(err, talos.ErrCredentials) {
 			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
@@ -477,6 +493,23 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// appliedHash is the hash of the config a node was last given.
+func (ts *tstate) appliedHash(name string) string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.rec.Nodes[name].ConfigHash
+}
+
+// configApplied records that a node has the config of that hash.
+func (ts *tstate) configApplied(name, hash string) error {
+	return ts.saveRec(func(r *record) {
+		if n, ok := r.Nodes[name]; ok {
+			n.ConfigHash = hash
+			r.Nodes[name] = n
+		}
+	})
 }
 
 // waitRunning waits until every node runs and is ready.

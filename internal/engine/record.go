@@ -43,6 +43,9 @@ type nodeRecord struct {
 	ID      string      `json:"id,omitempty"`
 	Group   string      `json:"group"`
 	Role    tenant.Role `json:"role"`
+	// ConfigHash is the sha256 of the machine config the node was last
+	// given, so a changed config reaches running nodes too.
+	ConfigHash string `json:"config_hash,omitempty"`
 }
 
 func (e *Engine) tenantDir(name string) string { return filepath.Join(e.opts.DataDir, "tenants", name) }
