@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,6 +19,11 @@ import (
 
 // demoTenant is the tenant the demo declares over its simulated nodes.
 const demoTenant = "demo"
+
+// demoDelays make the simulated nodes' install and reboots visible without
+// making the demo slow.
+var demoDelays = simnode.Options{InstallDelay: 500 * time.Millisecond, RebootDelay: 300 * time.Millisecond,
+	DownDelay: 500 * time.Millisecond, BootDelay: 500 * time.Millisecond, ResetDelay: 300 * time.Millisecond}
 
 // cmdDemo runs rezuscloud on embedded defaults: an embedded MQTT broker
 // (unless --mqtt names one), N simulated Talos nodes on loopback and a
@@ -67,19 +70,21 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	// simulated nodes on loopback, all on the Talos API port of one /24
-	world := simnode.NewWorld()
 	const port = 50000
-	sims, err := startSimNodes(ctx, *nodes, *nodeNet, port, world)
-	if err != nil {
-		return err
+	network := *nodeNet
+	if network == "" {
+		network = "127.0.0"
 	}
-	defer func() {
-		for _, s := range sims {
-			s.Close()
-		}
-	}()
+	sims, err := simnode.StartOnLoopback(ctx, *nodes, network, port, demoDelays)
+	if err != nil && *nodeNet == "" { // 127.0.0.10.. taken: any free loopback /24
+		sims, err = simnode.StartOnLoopback(ctx, *nodes, "", port, demoDelays)
+	}
+	if err != nil {
+		return fmt.Errorf("starting simulated nodes: %w", err)
+	}
+	defer sims.Close()
 	var addrs []string
-	for _, s := range sims {
+	for _, s := range sims.Nodes {
 		addrs = append(addrs, s.Host())
 	}
 
@@ -154,41 +159,6 @@ count = %d
 		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address      = \"%s\"\n  install_disk = \"/dev/sda\"\n", a)
 	}
 	return b.String()
-}
-
-// startSimNodes starts n simulated nodes on <net>.<10+i>:port. Without a
-// net it tries 127.0.0 and then random loopback /24s until one is free.
-func startSimNodes(ctx context.Context, n int, network string, port int, world *simnode.World) ([]*simnode.Node, error) {
-	tries := []string{network}
-	if network == "" {
-		tries = []string{"127.0.0"}
-		for range 8 {
-			tries = append(tries, fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256)))
-		}
-	}
-	var last error
-	for _, nw := range tries {
-		var sims []*simnode.Node
-		ok := true
-		for i := range n {
-			addr := net.JoinHostPort(fmt.Sprintf("%s.%d", nw, 10+i), fmt.Sprint(port))
-			s, err := simnode.Start(ctx, simnode.Options{Addr: addr, World: world,
-				InstallDelay: 500 * time.Millisecond, RebootDelay: 300 * time.Millisecond,
-				DownDelay: 500 * time.Millisecond, BootDelay: 500 * time.Millisecond, ResetDelay: 300 * time.Millisecond})
-			if err != nil {
-				last, ok = err, false
-				break
-			}
-			sims = append(sims, s)
-		}
-		if ok {
-			return sims, nil
-		}
-		for _, s := range sims {
-			s.Close()
-		}
-	}
-	return nil, fmt.Errorf("starting simulated nodes: %w", last)
 }
 
 // findTofu looks for tofu: $REZUSCLOUD_TOFU, the tools folder of a source

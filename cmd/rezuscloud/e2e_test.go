@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -587,8 +586,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	e.mosq = testenv.StartMosquitto(tb)
 	e.cap = startCapture(tb, e.mosq.URL)
 	e.pub = mqttClient(tb, e.mosq.URL)
-	e.world = simnode.NewWorld()
-	e.machines = startMachines(tb, o.machines, e.world, o.delays)
+	e.machines, e.world = startMachines(tb, o.machines, o.delays)
 	e.dataDir = filepath.Join(e.dir, "data")
 	e.tenantsDir = filepath.Join(e.dir, "tenants")
 	if err := os.MkdirAll(e.tenantsDir, 0o700); err != nil {
@@ -618,40 +616,20 @@ state_passphrase = %q
 	return e
 }
 
-// startMachines starts n simulated nodes on <net>.10.. at the Talos port,
-// on a random loopback /24 (another one when an address is taken).
-func startMachines(tb testing.TB, n int, world *simnode.World, delays simnode.Options) []machine {
+// startMachines starts n simulated nodes of one World on <net>.10.. at the
+// Talos port, on a random free loopback /24.
+func startMachines(tb testing.TB, n int, delays simnode.Options) ([]machine, *simnode.World) {
 	tb.Helper()
-	var last error
-	for range 30 {
-		nw := fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256))
-		var ms []machine
-		ok := true
-		for i := range n {
-			o := delays
-			o.Addr = net.JoinHostPort(fmt.Sprintf("%s.%d", nw, 10+i), strconv.Itoa(talosPort))
-			o.World = world
-			node, err := simnode.Start(context.Background(), o)
-			if err != nil {
-				last, ok = err, false
-				break
-			}
-			ms = append(ms, machine{node: node, addr: node.Host()})
-		}
-		if ok {
-			tb.Cleanup(func() {
-				for _, m := range ms {
-					m.node.Close()
-				}
-			})
-			return ms
-		}
-		for _, m := range ms {
-			m.node.Close()
-		}
+	c, err := simnode.StartOnLoopback(context.Background(), n, "", talosPort, delays)
+	if err != nil {
+		tb.Fatalf("starting %d simulated nodes: %v", n, err)
 	}
-	tb.Fatalf("starting %d simulated nodes: %v", n, last)
-	return nil
+	tb.Cleanup(c.Close)
+	ms := make([]machine, len(c.Nodes))
+	for i, node := range c.Nodes {
+		ms[i] = machine{node: node, addr: node.Host()}
+	}
+	return ms, c.World
 }
 
 // tenantTOML declares a metal tenant: one control plane on machine 0, the

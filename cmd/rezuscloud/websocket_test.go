@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,32 +44,15 @@ func TestWebSocketScale(t *testing.T) {
 	ha := fakeha.New("ha-token-for-tests")
 	defer ha.Close()
 
-	// a provisioned-to-be tenant over simulated nodes (3 machines, 1 worker)
-	world := simnode.NewWorld()
-	var addrs []string
-	for try := 0; len(addrs) == 0 && try < 10; try++ {
-		nw := fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256))
-		var sims []*simnode.Node
-		for i := range 3 {
-			s, err := simnode.Start(context.Background(), simnode.Options{Addr: fmt.Sprintf("%s.%d:50000", nw, 20+i), World: world})
-			if err != nil {
-				break
-			}
-			sims = append(sims, s)
-		}
-		if len(sims) == 3 {
-			for _, s := range sims {
-				addrs = append(addrs, s.Host())
-				t.Cleanup(s.Close)
-			}
-		} else {
-			for _, s := range sims {
-				s.Close()
-			}
-		}
+	// a tenant over simulated nodes (3 machines, 1 worker in use)
+	sims, err := simnode.StartOnLoopback(context.Background(), 3, "", 50000, simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(addrs) == 0 {
-		t.Fatal("no free loopback /24")
+	t.Cleanup(sims.Close)
+	var addrs []string
+	for _, s := range sims.Nodes {
+		addrs = append(addrs, s.Host())
 	}
 	dir := t.TempDir()
 	cfg := config.Default()

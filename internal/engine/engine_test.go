@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,35 +131,14 @@ const pass = "engine-test-passphrase-0123"
 // startSims starts n simulated nodes on port 50000 of a random loopback /24.
 func startSims(t testing.TB, n int) []*simnode.Node {
 	t.Helper()
-	world := simnode.NewWorld()
-	for try := 0; try < 10; try++ {
-		nw := fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256))
-		var sims []*simnode.Node
-		ok := true
-		for i := range n {
-			s, err := simnode.Start(context.Background(), simnode.Options{Addr: fmt.Sprintf("%s.%d:50000", nw, 10+i), World: world,
-				InstallDelay: 50 * time.Millisecond, RebootDelay: 50 * time.Millisecond, DownDelay: 100 * time.Millisecond,
-				BootDelay: 50 * time.Millisecond, ResetDelay: 50 * time.Millisecond})
-			if err != nil {
-				ok = false
-				break
-			}
-			sims = append(sims, s)
-		}
-		if ok {
-			t.Cleanup(func() {
-				for _, s := range sims {
-					s.Close()
-				}
-			})
-			return sims
-		}
-		for _, s := range sims {
-			s.Close()
-		}
+	c, err := simnode.StartOnLoopback(context.Background(), n, "", 50000, simnode.Options{
+		InstallDelay: 50 * time.Millisecond, RebootDelay: 50 * time.Millisecond, DownDelay: 100 * time.Millisecond,
+		BootDelay: 50 * time.Millisecond, ResetDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free loopback /24 for the simulated nodes")
-	return nil
+	t.Cleanup(c.Close)
+	return c.Nodes
 }
 
 func tenantFile(addrs []string, workers int, auto bool) string {

@@ -3,6 +3,10 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
 )
 
 // Cluster is a group of simulated nodes in a World of their own.
@@ -62,4 +66,35 @@ func (c *Cluster) Close() {
 	for _, n := range c.Nodes {
 		n.Close()
 	}
+}
+
+// StartOnLoopback starts n nodes of one new World on <network>.<10+i>:port,
+// where network is three octets of 127.0.0.0/8 ("127.0.0"). With network
+// "" it tries random loopback /24s until one has every address free, so
+// concurrent tests and demos do not collide. All nodes share port, as real
+// Talos nodes share 50000.
+func StartOnLoopback(ctx context.Context, n int, network string, port int, opts Options) (*Cluster, error) {
+	tries := []string{network}
+	if network == "" {
+		tries = tries[:0]
+		for range 20 {
+			tries = append(tries, fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256)))
+		}
+	}
+	var last error
+	for _, nw := range tries {
+		if !strings.HasPrefix(nw, "127.") || strings.Count(nw, ".") != 2 {
+			return nil, fmt.Errorf("simnode: network %q is not three octets of 127.0.0.0/8", nw)
+		}
+		addrs := make([]string, n)
+		for i := range addrs {
+			addrs[i] = net.JoinHostPort(fmt.Sprintf("%s.%d", nw, 10+i), strconv.Itoa(port))
+		}
+		c, err := StartCluster(ctx, addrs, opts)
+		if err == nil {
+			return c, nil
+		}
+		last = err
+	}
+	return nil, last
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +237,31 @@ func TestStartContextEnds(t *testing.T) {
 			t.Fatalf("address not released after ctx ended: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStartOnLoopback(t *testing.T) {
+	c, err := simnode.StartOnLoopback(context.Background(), 2, "", 0, simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(c.Nodes) != 2 || c.World == nil {
+		t.Fatalf("cluster %+v", c)
+	}
+	a, b := c.Nodes[0].Host(), c.Nodes[1].Host()
+	if !strings.HasPrefix(a, "127.") || !strings.HasSuffix(a, ".10") || !strings.HasSuffix(b, ".11") ||
+		a[:strings.LastIndex(a, ".")] != b[:strings.LastIndex(b, ".")] {
+		t.Fatalf("hosts %s %s", a, b)
+	}
+	// the same addresses and port again: taken
+	nw := a[:strings.LastIndex(a, ".")]
+	_, port, _ := strings.Cut(c.Nodes[0].Addr(), ":")
+	p, _ := strconv.Atoi(port)
+	if _, err := simnode.StartOnLoopback(context.Background(), 1, nw, p, simnode.Options{}); err == nil {
+		t.Fatal("a taken address was accepted")
+	}
+	if _, err := simnode.StartOnLoopback(context.Background(), 1, "10.0.0", 0, simnode.Options{}); err == nil {
+		t.Fatal("a network outside loopback was accepted")
 	}
 }
