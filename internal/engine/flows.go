@@ -463,6 +463,7 @@ func parallel(ctx context.Context, names []string, fn func(name string) error) e
 func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []byte) error {
 	sum := sha256.Sum256(cfg)
 	hash := hex.EncodeToString(sum[:])
+	last := tenant.StageUnreachable
 	for {
 		st, err := talos.Status(ctx, ep, tc)
 		if err == nil {
@@ -474,8 +475,7 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
 				return ts.configApplied(name, hash)
-			case tenant.StageUnreachable:
-			default:
+			case tenant.StageRunning:
 				if ts.appliedHash(name) == hash {
 					return nil
 				}
@@ -484,11 +484,17 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []
 				}
 				return ts.configApplied(name, hash)
 			}
+			// unreachable, or on its way up with a config (installing,
+			// rebooting, booting: an interrupted apply): wait for it
+			last = st.Stage
 		} else if errors.Is(err, talos.ErrCredentials) {
 			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
 		}
 		select {
 		case <-ctx.Done():
+			if last != tenant.StageUnreachable {
+				return fmt.Errorf("node %s at %s stayed in stage %s: %w", name, ep, last, context.Cause(ctx))
+			}
 			return fmt.Errorf("node %s did not answer at %s: %w", name, ep, context.Cause(ctx))
 		case <-time.After(time.Second):
 		}
