@@ -470,11 +470,18 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
 			switch st.Stage {
 			case tenant.StageMaintenance:
+				// recorded first: if a stop interrupts the call after the
+				// node took the config, the node comes up with it and is
+				// not given it again; if the node did not take it, it is
+				// still in maintenance next time, whatever the record says
+				if err := ts.configApplied(name, hash); err != nil {
+					return err
+				}
 				if err := talos.ApplyMaintenance(ctx, ep, cfg); err != nil {
 					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
-				return ts.configApplied(name, hash)
+				return nil
 			case tenant.StageRunning:
 				if ts.appliedHash(name) == hash {
 					return nil
