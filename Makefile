@@ -24,10 +24,12 @@ build:
 tools:
 	./tools/build.sh
 
-# mosquitto from Debian's packages, for the tests' own brokers.
+# mosquitto (the tests' own brokers) and mosquitto-clients (the end-to-end
+# tests record every message with mosquitto_sub), from Debian's packages.
 mosquitto:
-	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || \
-	  { echo "installing mosquitto"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; }
+	@{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } && command -v mosquitto_sub >/dev/null 2>&1 || \
+	  { echo "installing mosquitto and mosquitto-clients"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; }
 
 test: mosquitto tools
 	$(GO) vet ./...

@@ -323,7 +323,10 @@ func startCapture(tb testing.TB, brokerURL string) *capture {
 	tb.Helper()
 	subBin, err := exec.LookPath("mosquitto_sub")
 	if err != nil {
-		tb.Skipf("mosquitto_sub not available: %v", err)
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("mosquitto_sub not available (make test installs mosquitto-clients): %v", err)
+		}
+		tb.Skipf("mosquitto_sub not available (apt-get install mosquitto-clients): %v", err)
 	}
 	u, err := url.Parse(brokerURL)
 	if err != nil {

@@ -130,6 +130,9 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		BaseTopic:       cfg.MQTT.BaseTopic,
 		Version:         version,
 		LogLevel:        cfg.LogLevel,
+		// after a power cut the broker may come up long after us: keep
+		// trying (each failure is logged) until stopped
+		ConnectTimeout: 365 * 24 * time.Hour,
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
 

@@ -68,7 +68,7 @@ func (ts *tstate) snapshot() (*tenant.Tenant, record) {
 	if t == nil {
 		t = ts.applied
 	}
-	return t, ts.rec
+	return t, ts.rec.clone()
 }
 
 func (ts *tstate) setPhase(p tenant.Phase) {
@@ -83,7 +83,7 @@ func (ts *tstate) setProgress(pct int) {
 func (ts *tstate) saveRec(f func(*record)) error {
 	ts.mu.Lock()
 	f(&ts.rec)
-	rec := ts.rec
+	rec := ts.rec.clone()
 	ts.mu.Unlock()
 	return ts.e.saveRecord(ts.name, rec)
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
@@ -46,6 +48,17 @@ type nodeRecord struct {
 	// ConfigHash is the sha256 of the machine config the node was last
 	// given, so a changed config reaches running nodes too.
 	ConfigHash string `json:"config_hash,omitempty"`
+}
+
+// clone copies a record so it can be read without the tenant's lock.
+func (r record) clone() record {
+	r.Nodes = maps.Clone(r.Nodes)
+	r.Spec = slices.Clone(r.Spec)
+	if r.LastOperation != nil {
+		lo := *r.LastOperation
+		r.LastOperation = &lo
+	}
+	return r
 }
 
 func (e *Engine) tenantDir(name string) string { return filepath.Join(e.opts.DataDir, "tenants", name) }

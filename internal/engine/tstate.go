@@ -417,7 +417,7 @@ func (ts *tstate) run(op *operation) {
 	ts.cur, ts.stop = op.name, stop
 	ts.tofuTime = 0
 	ts.rec.Running = op.name
-	rec := ts.rec
+	rec := ts.rec.clone()
 	opName := op.name
 	ts.status.Operation = &opName
 	ts.status.Progress = 0
@@ -462,7 +462,7 @@ func (ts *tstate) run(op *operation) {
 		ts.status.Phase = tenant.PhaseFailed
 	}
 	ts.rec.Phase = ts.status.Phase
-	rec = ts.rec
+	rec = ts.rec.clone()
 	forgotten := ts.forgotten
 	ts.mu.Unlock()
 	if !forgotten {

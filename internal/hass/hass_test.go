@@ -59,7 +59,7 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 		_, ok := obs.get("rezuscloud/lab/state")
 		return ok
 	})
-	time.Sleep(200 * time.Millisecond)
+	obs.sync(t) // every retained copy has arrived
 
 	checker := hasstest.NewChecker()
 	snap := obs.snapshot()
@@ -155,13 +155,17 @@ func TestStatePublishedOnlyWhenChanged(t *testing.T) {
 		_ = b.Sync(context.Background())
 	}
 	obs.waitPayload(t, topic, 5*time.Second, func(p []byte) bool { return strings.Contains(string(p), "provisioning") })
-	time.Sleep(200 * time.Millisecond)
+	obs.sync(t) // everything the broker acknowledged so far has arrived
 	before := obs.count(topic)
 	for i := 0; i < 5; i++ {
 		b.SetTenantStatus("lab", st)
-		_ = b.Sync(context.Background())
+		if err := b.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Sync returned: a republish would have been acknowledged by the broker,
+	// so it is queued for the observer ahead of the marker.
+	obs.sync(t)
 	if after := obs.count(topic); after != before {
 		t.Errorf("unchanged state republished: %d -> %d messages", before, after)
 	}
@@ -201,7 +205,9 @@ func TestAvailabilityOfflineWhileDeadOnlineWhenBack(t *testing.T) {
 	px.refuse.Store(true)
 	px.cut()
 	obs.waitPayload(t, "rezuscloud/bridge/availability", 5*time.Second, func(p []byte) bool { return string(p) == "offline" })
-	time.Sleep(500 * time.Millisecond)
+	// Still offline after the client tried to come back and was refused.
+	waitFor(t, 5*time.Second, "two refused reconnect attempts", func() bool { return px.refused.Load() >= 2 })
+	obs.sync(t)
 	if mm, _ := obs.get("rezuscloud/bridge/availability"); string(mm.payload) != "offline" {
 		t.Fatalf("availability %q while the client is dead", mm.payload)
 	}
@@ -234,7 +240,7 @@ func TestBirthRepublish(t *testing.T) {
 		_, ok := obs.get("homeassistant/device/rezuscloud_lab/config")
 		return ok
 	})
-	time.Sleep(100 * time.Millisecond)
+	obs.sync(t) // every retained replay has arrived
 	obs.mu.Lock()
 	obs.all = nil
 	obs.mu.Unlock()
@@ -262,26 +268,41 @@ func TestBrokerRestartRepublishes(t *testing.T) {
 	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseRunning})
 	_ = b.Sync(context.Background())
 	m.Stop()
+	// Test setup, not synchronisation: nothing to wait for while the broker
+	// is down; the reconnect backoff has to grow before the restart.
 	time.Sleep(3 * time.Second) // let paho's backoff grow
 	m.Restart()
 	start := time.Now()
-	// Poll with fresh subscribers: retained copies must be back.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		obs := newObserver(t, m.URL, "homeassistant/device/#", "rezuscloud/#")
-		time.Sleep(200 * time.Millisecond)
-		_, d1 := obs.get("homeassistant/device/rezuscloud_lab/config")
-		_, d2 := obs.get("homeassistant/device/rezuscloud_lab_workers-2/config")
+	back := func(obs *observer) (ok, d1, d2, s1, a1 bool) {
+		_, d1 = obs.get("homeassistant/device/rezuscloud_lab/config")
+		_, d2 = obs.get("homeassistant/device/rezuscloud_lab_workers-2/config")
 		s, s1 := obs.get("rezuscloud/lab/state")
 		a, a1 := obs.get("rezuscloud/bridge/availability")
-		if d1 && d2 && s1 && a1 && strings.Contains(string(s.payload), "running") && string(a.payload) == "online" {
-			t.Logf("discovery, state and availability back %v after the broker restart", time.Since(start).Round(time.Millisecond))
-			return
+		return d1 && d2 && s1 && a1 && strings.Contains(string(s.payload), "running") && string(a.payload) == "online", d1, d2, s1, a1
+	}
+	// Wait for the republish (live, or as retained copies if it came before
+	// the subscription); the broker stores a retained message before it
+	// delivers it.
+	live := newObserver(t, m.URL, "homeassistant/device/#", "rezuscloud/#")
+	deadline := start.Add(5 * time.Second)
+	for {
+		ok, d1, d2, s1, a1 := back(live)
+		if ok {
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not back within 5 s: disc %v %v state %v avail %v", d1, d2, s1, a1)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	took := time.Since(start).Round(time.Millisecond)
+	// A fresh subscriber gets retained copies only: they must be back.
+	fresh := newObserver(t, m.URL, "homeassistant/device/#", "rezuscloud/#")
+	fresh.sync(t)
+	if ok, d1, d2, s1, a1 := back(fresh); !ok {
+		t.Fatalf("not retained after the broker restart: disc %v %v state %v avail %v", d1, d2, s1, a1)
+	}
+	t.Logf("discovery, state and availability back %v after the broker restart", took)
 }
 
 func TestCleanupStaleAndForeign(t *testing.T) {
@@ -309,7 +330,7 @@ func TestCleanupStaleAndForeign(t *testing.T) {
 	b := startBridge(t, fastOptions(m.URL), newFakeCmd(), []*tenant.Tenant{lab, prod})
 
 	obs := newObserver(t, m.URL, "#")
-	time.Sleep(300 * time.Millisecond)
+	obs.sync(t) // startBridge's Sync published the clears; every retained copy has arrived
 	for _, gone := range []string{"homeassistant/device/rezuscloud_old/config", "rezuscloud/old/state",
 		"homeassistant/device/rezuscloud_lab_workers-9/config"} {
 		if mm, ok := obs.get(gone); ok {
@@ -349,7 +370,7 @@ func TestCleanupStaleAndForeign(t *testing.T) {
 		return true
 	})
 	obs3 := newObserver(t, m.URL, "#")
-	time.Sleep(300 * time.Millisecond)
+	obs3.sync(t) // every retained copy has arrived
 	for _, tp := range gone {
 		if _, ok := obs3.get(tp); ok {
 			t.Errorf("%s still retained", tp)

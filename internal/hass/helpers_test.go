@@ -172,17 +172,25 @@ type msg struct {
 
 // observer is an independent MQTT client that records everything.
 type observer struct {
-	c    mqtt.Client
-	mu   sync.Mutex
-	last map[string]msg // by topic: last message (retained or not)
-	all  []msg
-	ch   chan msg
+	c      mqtt.Client
+	id     string
+	mu     sync.Mutex
+	last   map[string]msg // by topic: last message (retained or not)
+	all    []msg
+	ch     chan msg
+	marks  chan string // sync markers of this observer, in arrival order
+	nmarks atomic.Int64
 }
+
+// markerPrefix is where observers publish their sync markers; observers
+// never record messages under it.
+const markerPrefix = "rezuscloud-test/sync/"
 
 func newObserver(t testing.TB, url string, filters ...string) *observer {
 	t.Helper()
-	o := &observer{last: map[string]msg{}, ch: make(chan msg, 10000)}
-	opts := mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("observer-%d", time.Now().UnixNano())).
+	o := &observer{last: map[string]msg{}, ch: make(chan msg, 10000), marks: make(chan string, 100),
+		id: fmt.Sprintf("observer-%d-%d", time.Now().UnixNano(), observerSeq.Add(1))}
+	opts := mqtt.NewClientOptions().AddBroker(url).SetClientID(o.id).
 		SetAutoReconnect(false).SetOrderMatters(true)
 	o.c = mqtt.NewClient(opts)
 	if tok := o.c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -191,11 +199,20 @@ func newObserver(t testing.TB, url string, filters ...string) *observer {
 	if len(filters) == 0 {
 		filters = []string{"#"}
 	}
-	m := map[string]byte{}
+	m := map[string]byte{markerPrefix + o.id + "/#": 1}
 	for _, f := range filters {
 		m[f] = 1
 	}
 	tok := o.c.SubscribeMultiple(m, func(_ mqtt.Client, mm mqtt.Message) {
+		if strings.HasPrefix(mm.Topic(), markerPrefix) {
+			if strings.HasPrefix(mm.Topic(), markerPrefix+o.id+"/") {
+				select {
+				case o.marks <- mm.Topic():
+				default:
+				}
+			}
+			return // another observer's marker (seen through "#"), or ours: not recorded
+		}
 		x := msg{mm.Topic(), append([]byte(nil), mm.Payload()...), mm.Retained(), time.Now()}
 		o.mu.Lock()
 		o.last[x.topic] = x
@@ -211,6 +228,33 @@ func newObserver(t testing.TB, url string, filters ...string) *observer {
 	}
 	t.Cleanup(func() { o.c.Disconnect(50) })
 	return o
+}
+
+var observerSeq atomic.Int64
+
+// sync waits until the observer has received everything the broker had
+// queued for it when sync was called: the retained copies sent when it
+// subscribed, and every message the broker acknowledged to its publisher
+// before (e.g. after (*Bridge).Sync returned). It publishes a marker on
+// its own connection, which the broker queues behind those messages, and
+// waits for the marker (handlers run in order: SetOrderMatters(true)).
+func (o *observer) sync(t testing.TB) {
+	t.Helper()
+	want := fmt.Sprintf("%s%s/%d", markerPrefix, o.id, o.nmarks.Add(1))
+	if tok := o.c.Publish(want, 1, false, []byte("marker")); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("observer marker publish: %v", tok.Error())
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case got := <-o.marks:
+			if got == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("observer marker %s not received", want)
+		}
+	}
 }
 
 func (o *observer) get(topic string) (msg, bool) {
@@ -283,9 +327,10 @@ func publish(t testing.TB, url, topic string, payload []byte, retained bool) {
 // connection lost without DISCONNECT) and whose new connections it can
 // refuse (the client stays dead).
 type proxy struct {
-	ln     net.Listener
-	target string
-	refuse atomic.Bool
+	ln      net.Listener
+	target  string
+	refuse  atomic.Bool
+	refused atomic.Int64 // connections refused while refuse is set
 	mu     sync.Mutex
 	conns  []net.Conn
 }
@@ -316,6 +361,7 @@ func (p *proxy) serve() {
 		}
 		if p.refuse.Load() {
 			_ = c.Close()
+			p.refused.Add(1)
 			continue
 		}
 		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	zapobserver "go.uber.org/zap/zaptest/observer"
+
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -145,7 +149,11 @@ func TestEntityCommands(t *testing.T) {
 	m := broker(t)
 	cmd := newFakeCmd()
 	px := newProxy(t, m.URL)
-	b := startBridge(t, fastOptions(px.URL()), cmd, []*tenant.Tenant{labTenant()})
+	// Warnings are also recorded, to see the bridge ignore a retained press.
+	warnCore, warnings := zapobserver.New(zap.WarnLevel)
+	b := startBridge(t, fastOptions(px.URL()), cmd, []*tenant.Tenant{labTenant()}, func(b *Bridge) {
+		b.log = b.log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, warnCore) }))
+	})
 	obs := newObserver(t, m.URL, "rezuscloud/#")
 	press := func(topic, payload string) { publish(t, m.URL, topic, []byte(payload), false) }
 
@@ -194,7 +202,12 @@ func TestEntityCommands(t *testing.T) {
 	mk := obs.mark()
 	px.cut()
 	obs.waitSequence(t, "rezuscloud/bridge/availability", mk, 5*time.Second, "offline", "online")
-	time.Sleep(200 * time.Millisecond) // subscriptions are made after online
+	// Subscriptions are made after online: wait until the broker has replayed
+	// the retained press to the bridge and the bridge has ignored it.
+	waitFor(t, 5*time.Second, "retained press replayed and ignored", func() bool {
+		return warnings.FilterMessage("ignoring retained message on a command topic").
+			FilterField(zap.String("topic", "rezuscloud/lab/plan")).Len() > 0
+	})
 	cmd.noCall(t, 500*time.Millisecond)
 	publish(t, m.URL, "rezuscloud/lab/plan", nil, true)
 
@@ -230,7 +243,7 @@ func TestEntityCommands(t *testing.T) {
 
 	// Republish button: every discovery message goes out again.
 	disc := newObserver(t, m.URL, "homeassistant/device/#")
-	time.Sleep(200 * time.Millisecond)
+	disc.sync(t) // the retained copies have arrived
 	before := disc.count("homeassistant/device/rezuscloud_lab/config")
 	press("rezuscloud/bridge/republish", "PRESS")
 	waitFor(t, 5*time.Second, "republish", func() bool { return disc.count("homeassistant/device/rezuscloud_lab/config") > before })

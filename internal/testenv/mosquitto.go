@@ -71,7 +71,7 @@ func StartMosquitto(t testing.TB, opts ...MosquittoOptions) *Mosquitto {
 		o = opts[0]
 	}
 	if _, err := os.Stat(MosquittoPath); err != nil {
-		t.Skipf("mosquitto not available: %v", err)
+		missing(t, "mosquitto not available (make test installs it): "+err.Error())
 	}
 	dir := t.TempDir()
 	port, err := freePort()

@@ -282,12 +282,21 @@ func TestKillAfterGrace(t *testing.T) {
 	if li, ok := r.Lock("lab"); ok {
 		t.Fatalf("lock left: %+v", li)
 	}
-	if after, _, _ := r.Store().Get("lab"); !bytes.Equal(before, after) {
-		t.Error("state changed by a killed apply")
-	}
+	// SIGKILL follows SIGINT after 1 ms; on a busy machine tofu may still
+	// have saved state between the two (with slow tainted). Either way the
+	// state is consistent: only the interrupted resource is left to do.
+	after, _, _ := r.Store().Get("lab")
 	plan, err = ws.Plan(ctx, RunOptions{})
-	if err != nil || plan.Summary.Add != 1 || plan.Summary.Remove != 0 {
+	if err != nil || plan.Summary.Add != 1 {
 		t.Fatalf("plan after kill = %+v %v", plan, err)
+	}
+	for _, c := range plan.Changes {
+		if c.Address != "terraform_data.slow" {
+			t.Fatalf("plan after kill touches %s: %+v", c.Address, plan)
+		}
+	}
+	if bytes.Equal(before, after) && plan.Summary.Remove != 0 {
+		t.Fatalf("state unchanged but plan removes: %+v", plan)
 	}
 }
 
@@ -485,6 +494,9 @@ func TestCommandTimeout(t *testing.T) {
 // Validate against the real OpenStack provider schema from the mirror.
 func TestValidateOpenStack(t *testing.T) {
 	if _, rc := testenv.Tofu(t); rc == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no CLI config with a provider mirror; run make tools")
+		}
 		t.Skip("no CLI config with a provider mirror; run make tools")
 	}
 	r := newRunner(t, "", nil)

@@ -1,10 +1,12 @@
 package wsapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,7 +23,10 @@ import (
 func TestAuthAccepted(t *testing.T) {
 	fake := fakeha.New(testToken)
 	defer fake.Close()
-	c := startClient(t, fake, testOptions(fake.URL, testToken))
+	opts := testOptions(fake.URL, testToken)
+	var pongs atomic.Int32
+	opts.Dialer = pongCountingDialer(&pongs)
+	c := startClient(t, fake, opts)
 
 	if err := c.WaitConnected(waitCtx(t)); err != nil {
 		t.Fatal(err)
@@ -36,7 +41,7 @@ func TestAuthAccepted(t *testing.T) {
 		t.Errorf("accepted connections = %d, want 1", got)
 	}
 	// The heartbeat runs every 20ms: a few cycles must pass without a reconnect.
-	time.Sleep(150 * time.Millisecond)
+	waitUntil(t, 5*time.Second, "three heartbeats answered", func() bool { return pongs.Load() >= 3 })
 	if got := fake.Accepted(); got != 1 {
 		t.Errorf("accepted connections after heartbeats = %d, want 1", got)
 	}
@@ -66,7 +71,9 @@ func TestAuthRefusedIsTerminal(t *testing.T) {
 			t.Errorf("token leaked: %s", s)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // more than the backoff: no retry may follow
+	// Negative-check window (Run has returned; nothing to wait for): longer
+	// than the backoff, so a retry would have dialled by now.
+	time.Sleep(50 * time.Millisecond)
 	if d, f := fake.Dials(), fake.AuthFailures(); d != 1 || f != 1 {
 		t.Errorf("dials=%d auth failures=%d, want 1 and 1 (no hammering)", d, f)
 	}
@@ -218,7 +225,9 @@ func TestReconnectRestoresSubscriptions(t *testing.T) {
 
 	fake.SetRefuse(true) // HA restarting: upgrades fail for a while
 	fake.DropConnections()
-	time.Sleep(60 * time.Millisecond)
+	// The client noticed the drop and retried while HA refused (a refused
+	// dial follows the teardown that clears Connected).
+	waitUntil(t, 5*time.Second, "two refused reconnect attempts", func() bool { return fake.Dials() >= 3 })
 	if c.Connected() {
 		t.Error("Connected() while HA is down")
 	}
@@ -416,4 +425,43 @@ func TestServerDownKeepsRetrying(t *testing.T) {
 	if n := hits.Load(); n < 3 || n > 40 {
 		t.Errorf("%d attempts in 300ms", n)
 	}
+}
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pongCountingDialer dials like the default dialer and counts the pongs the
+// server sends (server frames are not masked, so the JSON is on the wire).
+// A pong split across two reads is missed; callers wait for "at least".
+func pongCountingDialer(n *atomic.Int32) *websocket.Dialer {
+	return &websocket.Dialer{
+		HandshakeTimeout: 5 * time.Second,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return pongConn{Conn: c, n: n}, nil
+		},
+	}
+}
+
+type pongConn struct {
+	net.Conn
+	n *atomic.Int32
+}
+
+func (c pongConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	c.n.Add(int32(bytes.Count(p[:k], []byte(`"type":"pong"`))))
+	return k, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,7 +212,14 @@ func TestOperationEventsAndNotifications(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	// Items go out in order: once a marker queued after the plan's dismiss
+	// has been fired, that dismiss has been made or skipped.
+	l.Operation(opEvent("marker", "plan", tenant.ResultStarted))
+	if _, err := fake.WaitEvent(ctx, EventOperation, func(e fakeha.Event) bool {
+		return strings.Contains(string(e.Data), `"tenant":"marker"`)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	dismisses := 0
 	for _, call := range fake.ServiceCalls() {
 		if call.Service == "dismiss" {
@@ -227,7 +233,12 @@ func TestOperationEventsAndNotifications(t *testing.T) {
 		t.Error("cancelled operation dismissed prod's notification")
 	}
 
-	evs := fake.Events(EventOperation)
+	var evs []fakeha.Event
+	for _, e := range fake.Events(EventOperation) {
+		if !strings.Contains(string(e.Data), `"tenant":"marker"`) {
+			evs = append(evs, e)
+		}
+	}
 	if len(evs) != 7 {
 		t.Fatalf("%d operation events, want 7", len(evs))
 	}
@@ -252,7 +263,8 @@ func TestOperationQueuedWhileDisconnected(t *testing.T) {
 	defer l.Close()
 
 	l.Operation(opEvent("lab", "apply", tenant.ResultFailed))
-	time.Sleep(30 * time.Millisecond)
+	// The item is queued; let HA refuse the client twice before it comes back.
+	waitUntil(t, 5*time.Second, "two refused connection attempts", func() bool { return fake.Dials() >= 2 })
 	fake.SetRefuse(false)
 	ctx := waitCtx(t)
 	if err := fake.WaitNotifications(ctx, func(n map[string]fakeha.Notification) bool { return len(n) == 1 }); err != nil {
@@ -268,18 +280,16 @@ func TestOperationNeverBlocks(t *testing.T) {
 	l := NewLink(c.Client, newEngine().handle, nil)
 	defer l.Close()
 
-	var done atomic.Bool
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for i := 0; i < 10*outQueue; i++ {
 			l.Operation(opEvent("lab", "apply", tenant.ResultFailed))
 		}
-		done.Store(true)
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for !done.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("Operation blocked while HA is down")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Operation blocked while HA is down")
 	}
 }
