@@ -331,8 +331,8 @@ type proxy struct {
 	target  string
 	refuse  atomic.Bool
 	refused atomic.Int64 // connections refused while refuse is set
-	mu     sync.Mutex
-	conns  []net.Conn
+	mu      sync.Mutex
+	conns   []net.Conn
 }
 
 func newProxy(t testing.TB, brokerURL string) *proxy {

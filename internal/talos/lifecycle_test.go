@@ -221,7 +221,16 @@ func TestWorkerAndResetFlow(t *testing.T) {
 	if err := talos.ApplyMaintenance(ctx, eps[wk.Name], cfgs.Nodes[wk.Name]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// It installs, reboots, and goes down (answering nothing) until a
+	// control plane exists: wait until it is down.
+	if err := cl.Nodes[1].WaitStage(ctx, runtime.MachineStageRebooting, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "worker down", func() bool {
+		st, err := talos.Status(ctx, eps[wk.Name], cfgs.Talosconfig)
+		return err == nil && st.Stage == tenant.StageUnreachable
+	})
+	// ... and it stays down: no secure API without its control plane.
 	if st, err := talos.Status(ctx, eps[wk.Name], cfgs.Talosconfig); err != nil || st.Stage != tenant.StageUnreachable {
 		t.Errorf("worker without control plane: %+v %v", st, err)
 	}
@@ -373,6 +382,7 @@ func TestUnreachableBackoff(t *testing.T) {
 	cl.Nodes[0].SetUnreachable(true)
 	waitFor(t, 5*time.Second, "unreachable", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageUnreachable })
 	before, dropped0 := attempts.Load(), cl.Nodes[0].Calls().Dropped
+	// A measurement window, not synchronisation: count the polls in 1.2 s.
 	time.Sleep(1200 * time.Millisecond)
 	during, dropped := attempts.Load()-before, cl.Nodes[0].Calls().Dropped-dropped0
 	// Backoff 40, 80, 160, 320, 320, ... ms: about 6 polls in 1.2 s (a fixed

@@ -32,7 +32,7 @@ func TestPollerBounds(t *testing.T) {
 			<-ctx.Done() // a black-holed node: only the timeout ends this
 			return talos.NodeState{}, ctx.Err()
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll's own latency (lets polls overlap), not synchronisation
 		return talos.NodeState{Stage: tenant.StageRunning, Ready: true}, nil
 	}
 	var mu sync.Mutex
