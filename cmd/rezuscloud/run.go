@@ -231,7 +231,6 @@ func cloudEnv(c config.Credentials) func(tenant.Provider) map[string]string {
 		switch p {
 		case tenant.ProviderOCI:
 			o := c.OCI
-			set("TF_VAR_tenancy_ocid", o.TenancyOCID)
 			set("OCI_TENANCY_OCID", o.TenancyOCID)
 			set("OCI_USER_OCID", o.UserOCID)
 			set("OCI_FINGERPRINT", o.Fingerprint)
