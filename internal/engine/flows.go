@@ -95,11 +95,16 @@ type prepared struct {
 	configs *talos.Configs
 	ws      *tofu.Workspace
 	doc     []byte
+	// networkOnly: doc is a cloud tenant's network part (no endpoint yet)
+	networkOnly bool
 }
 
 // prepare loads the secrets, generates the machine configs, renders the
-// document and writes it into the tenant's work dir.
-func (ts *tstate) prepare(ctx context.Context) (*prepared, error) {
+// document and writes it into the tenant's work dir. A cloud tenant whose
+// endpoint does not exist yet needs its network part first: for an apply
+// it is created now; a plan (which must change nothing) gets the network
+// part alone to plan (networkOnly).
+func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 	e := ts.e
 	t, rec := ts.snapshot()
 	if t == nil {
@@ -117,11 +122,21 @@ func (ts *tstate) prepare(ctx context.Context) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	endpoint := rec.Endpoint
+	endpoint := talos.Endpoint(t) // the file's endpoint, or metal's first control plane
 	if endpoint == "" {
-		endpoint = talos.Endpoint(t)
+		endpoint = rec.Endpoint // a cloud endpoint created earlier
 	}
 	if endpoint == "" && provider.NeedsNetworkStage(t) {
+		if !apply {
+			doc, err := r.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork})
+			if err != nil {
+				return nil, err
+			}
+			if err := ws.WriteConfig(doc); err != nil {
+				return nil, err
+			}
+			return &prepared{t: t, bundle: bundle, ws: ws, doc: doc, networkOnly: true}, nil
+		}
 		if endpoint, err = ts.networkStage(ctx, r, ws, t); err != nil {
 			return nil, err
 		}
@@ -185,7 +200,7 @@ func outputsJSON(ctx context.Context, ws *tofu.Workspace) ([]byte, error) {
 // planOrApply plans the tenant; with apply it then applies that plan (or
 // the pending plan made for exactly this document) and brings the nodes up.
 func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
-	p, err := ts.prepare(ctx)
+	p, err := ts.prepare(ctx, apply)
 	if err != nil {
 		return "", err
 	}
@@ -214,6 +229,9 @@ func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
 		}
 		ts.mu.Unlock()
 		ts.publish()
+		if p.networkOnly {
+			return fmt.Sprintf("plan of the network part: %d to add; the machines are planned once the endpoint exists (press Apply)", changes.Add), nil
+		}
 		return fmt.Sprintf("plan: %d to add, %d to change, %d to destroy; press Apply to apply it", changes.Add, changes.Change, changes.Destroy), nil
 	}
 	ts.mu.Lock()
