@@ -19,6 +19,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
+	"github.com/rezuscloud/rezuscloud/internal/wol"
 )
 
 // cmdRun is the long-running add-on.
@@ -106,6 +107,15 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 			shareDir = "/share/rezuscloud"
 		}
 	}
+	// the optional link to Home Assistant's WebSocket API (run below)
+	wsOpts, err := wsapi.ResolveOptions(cfg.HomeAssistant.URL, cfg.HomeAssistant.Token.Reveal(), "")
+	if err != nil {
+		return err
+	}
+	var haClient *wsapi.Client
+	if wsOpts.Enabled() {
+		haClient = wsapi.New(wsOpts, log.Named("websocket"))
+	}
 	eng, err := engine.New(engine.Options{
 		DataDir:         cfg.DataDir,
 		Store:           store,
@@ -117,6 +127,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		PollInterval:    hooks.pollInterval,
 		ShareDir:        shareDir,
 		SetLogLevel:     log.SetLevel,
+		Wake:            func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac) },
 		Log:             log.Named("engine"),
 	})
 	if err != nil {
@@ -135,6 +146,11 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		ConnectTimeout: 365 * 24 * time.Hour,
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
+	if haClient != nil { // set before the engine runs: it publishes through it
+		pubs.link = wsapi.NewLink(haClient, func(ctx context.Context, data json.RawMessage) any {
+			return bridge.HandleEvent(ctx, data)
+		}, log.Named("websocket"))
+	}
 
 	// the engine reads the tenant files before the bridge takes commands,
 	// so that nothing sent right after start-up meets an empty engine
@@ -157,23 +173,14 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 
 	// the optional link to Home Assistant's WebSocket API
 	var wsDone chan struct{}
-	wsOpts, err := wsapi.ResolveOptions(cfg.HomeAssistant.URL, cfg.HomeAssistant.Token.Reveal(), "")
-	if err != nil {
-		return err
-	}
-	if wsOpts.Enabled() {
-		client := wsapi.New(wsOpts, log.Named("websocket"))
-		link := wsapi.NewLink(client, func(ctx context.Context, data json.RawMessage) any {
-			return bridge.HandleEvent(ctx, data)
-		}, log.Named("websocket"))
-		pubs.link = link
+	if haClient != nil {
 		wsDone = make(chan struct{})
 		go func() {
 			defer close(wsDone)
-			if err := client.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			if err := haClient.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("Home Assistant WebSocket API", zap.Error(err))
 			}
-			link.Close()
+			pubs.link.Close()
 		}()
 	} else {
 		log.Info("no Home Assistant WebSocket API configured: automations use the MQTT request API")
@@ -217,6 +224,21 @@ func (f *fanout) PublishOperation(ev tenant.OperationEvent) {
 		}
 		fmt.Fprintln(f.print, line)
 	}
+}
+
+// wake wakes a machine: through Home Assistant's wake_on_lan integration
+// when the WebSocket API is connected (Home Assistant runs on the host's
+// network, where a broadcast reaches the LAN), else with a broadcast of our
+// own (which leaves an add-on's bridged network only with host networking).
+func wake(ctx context.Context, ha *wsapi.Client, mac string) error {
+	if ha != nil && ha.Connected() {
+		err := ha.CallService(ctx, "wake_on_lan", "send_magic_packet", map[string]string{"mac": mac})
+		if err == nil {
+			return nil
+		}
+		// the integration is not set up: fall back to our own packet
+	}
+	return wol.Send(ctx, mac, wol.BroadcastAddr)
 }
 
 // cloudEnv gives tofu the credentials of each platform in its environment.

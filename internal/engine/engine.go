@@ -53,6 +53,13 @@ type Options struct {
 	// ShareDir, when set, also receives each tenant's kubeconfig and
 	// talosconfig under <ShareDir>/<tenant>/ (0600).
 	ShareDir string
+	// Wake sends a Wake-on-LAN packet for a MAC address; it is called for
+	// a metal machine with a mac that does not answer when it is needed
+	// (nil: machines are never woken).
+	Wake func(ctx context.Context, mac string) error
+	// WakeInterval is how often a machine that does not answer is woken
+	// again (default 1 min).
+	WakeInterval time.Duration
 	// SetLogLevel changes the log level (the bridge's select).
 	SetLogLevel func(level string) error
 	// Log is the logger (nil: none).
@@ -100,6 +107,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
+	}
+	if opts.WakeInterval <= 0 {
+		opts.WakeInterval = time.Minute
 	}
 	if opts.CloudEnv == nil {
 		opts.CloudEnv = func(tenant.Provider) map[string]string { return nil }

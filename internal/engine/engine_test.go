@@ -124,6 +124,7 @@ type fixture struct {
 	cancel  context.CancelFunc
 	done    chan error
 	tofuBin string
+	tweak   func(*Options) // changes the options of the next start
 }
 
 const pass = "engine-test-passphrase-0123"
@@ -179,8 +180,12 @@ func (f *fixture) start() {
 		t.Fatal(err)
 	}
 	f.runner = r
-	e, err := New(Options{DataDir: filepath.Join(f.dir, "data"), Store: f.store, Runner: r, Publisher: f.rec,
-		PollInterval: 200 * time.Millisecond, NodeTimeout: 2 * time.Minute})
+	opts := Options{DataDir: filepath.Join(f.dir, "data"), Store: f.store, Runner: r, Publisher: f.rec,
+		PollInterval: 200 * time.Millisecond, NodeTimeout: 2 * time.Minute}
+	if f.tweak != nil {
+		f.tweak(&opts)
+	}
+	e, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,5 +490,43 @@ func TestConfigChangeReachesRunningNodes(t *testing.T) {
 		if !strings.Contains(string(s.Config()), "max-pods") {
 			t.Errorf("node %s does not run the patched config", s.Host())
 		}
+	}
+}
+
+// TestWakeOnLAN powers a worker "off" (it does not answer) and checks that
+// the apply wakes it through its mac, once, and then finishes.
+func TestWakeOnLAN(t *testing.T) {
+	f := newFixture(t, 2, 1, false)
+	r := f.rec
+	worker := f.sims[1]
+	worker.SetUnreachable(true)
+	var mu sync.Mutex
+	var woken []string
+	f.stop()
+	f.tweak = func(o *Options) {
+		o.WakeInterval = time.Hour // once is enough
+		o.Wake = func(_ context.Context, mac string) error {
+			mu.Lock()
+			woken = append(woken, mac)
+			mu.Unlock()
+			worker.SetUnreachable(false) // the machine powers on
+			return nil
+		}
+	}
+	data, _ := os.ReadFile(f.store.Path("lab"))
+	withMAC := strings.Replace(string(data), fmt.Sprintf("address = \"%s\"", worker.Host()),
+		fmt.Sprintf("address = \"%s\"\n  mac = \"aa:bb:cc:dd:ee:31\"", worker.Host()), 1)
+	if err := os.WriteFile(f.store.Path("lab"), []byte(withMAC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(woken) != 1 || woken[0] != "aa:bb:cc:dd:ee:31" {
+		t.Fatalf("woken %v", woken)
 	}
 }

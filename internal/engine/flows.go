@@ -426,8 +426,14 @@ func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[str
 			order = append(order, n.Name)
 		}
 	}
+	macs := map[string]string{}
+	for _, n := range p.t.Nodes() {
+		if n.Machine != nil {
+			macs[n.Name] = n.Machine.MAC
+		}
+	}
 	if err := parallel(ctx, order, func(name string) error {
-		return ts.configureNode(ctx, name, e.endpoint(nodes[name].Address), p.configs.Nodes[name], tc)
+		return ts.configureNode(ctx, name, e.endpoint(nodes[name].Address), macs[name], p.configs.Nodes[name], tc)
 	}); err != nil {
 		return err
 	}
@@ -478,10 +484,11 @@ func parallel(ctx context.Context, names []string, fn func(name string) error) e
 // configureNode waits until a node answers and gives it its machine
 // config: through the maintenance API when it waits for one, through the
 // secure API when it runs with an older one.
-func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []byte) error {
+func (ts *tstate) configureNode(ctx context.Context, name, ep, mac string, cfg, tc []byte) error {
 	sum := sha256.Sum256(cfg)
 	hash := hex.EncodeToString(sum[:])
 	last := tenant.StageUnreachable
+	var woken time.Time
 	for {
 		st, err := talos.Status(ctx, ep, tc)
 		if err == nil {
@@ -512,6 +519,14 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep string, cfg, tc []
 			// unreachable, or on its way up with a config (installing,
 			// rebooting, booting: an interrupted apply): wait for it
 			last = st.Stage
+			if st.Stage == tenant.StageUnreachable && mac != "" && ts.e.opts.Wake != nil && time.Since(woken) >= ts.e.opts.WakeInterval {
+				woken = time.Now()
+				if err := ts.e.opts.Wake(ctx, mac); err != nil {
+					ts.e.log.Warn("waking a machine", zap.String("node", name), zap.String("mac", mac), zap.Error(err))
+				} else {
+					ts.e.log.Info("sent Wake-on-LAN to a machine that does not answer", zap.String("node", name), zap.String("mac", mac))
+				}
+			}
 		} else if errors.Is(err, talos.ErrCredentials) {
 			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
 		}

@@ -283,8 +283,8 @@ func (t *Tenant) validateGroupPlatform(f string, g NodeGroup, addrs map[string]s
 				addrs[a.String()] = mf
 			}
 			if m.MAC != "" {
-				if _, err := net.ParseMAC(m.MAC); err != nil {
-					add(mf+".mac", "%q is not a MAC address", m.MAC)
+				if hw, err := net.ParseMAC(m.MAC); err != nil || len(hw) != 6 {
+					add(mf+".mac", "%q is not a MAC address like aa:bb:cc:dd:ee:ff", m.MAC)
 				}
 			}
 			if !installDisk.MatchString(m.InstallDisk) {
