@@ -127,7 +127,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		PollInterval:    hooks.pollInterval,
 		ShareDir:        shareDir,
 		SetLogLevel:     log.SetLevel,
-		Wake:            func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac) },
+		Wake:            func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac, wol.BroadcastAddr) },
 		Log:             log.Named("engine"),
 	})
 	if err != nil {
@@ -229,8 +229,9 @@ func (f *fanout) PublishOperation(ev tenant.OperationEvent) {
 // wake wakes a machine: through Home Assistant's wake_on_lan integration
 // when the WebSocket API is connected (Home Assistant runs on the host's
 // network, where a broadcast reaches the LAN), else with a broadcast of our
-// own (which leaves an add-on's bridged network only with host networking).
-func wake(ctx context.Context, ha *wsapi.Client, mac string) error {
+// own to fallback (which leaves an add-on's bridged network only with host
+// networking).
+func wake(ctx context.Context, ha *wsapi.Client, mac, fallback string) error {
 	if ha != nil && ha.Connected() {
 		err := ha.CallService(ctx, "wake_on_lan", "send_magic_packet", map[string]string{"mac": mac})
 		if err == nil {
@@ -238,7 +239,7 @@ func wake(ctx context.Context, ha *wsapi.Client, mac string) error {
 		}
 		// the integration is not set up: fall back to our own packet
 	}
-	return wol.Send(ctx, mac, wol.BroadcastAddr)
+	return wol.Send(ctx, mac, fallback)
 }
 
 // cloudEnv gives tofu the credentials of each platform in its environment.

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"maps"
+	"net"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/config"
+	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
+	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -43,5 +49,48 @@ func TestCloudEnv(t *testing.T) {
 	// unset credentials are left out, not passed empty
 	if m := cloudEnv(config.Credentials{})(tenant.ProviderOpenStack); len(m) != 0 {
 		t.Errorf("empty credentials give %v", slices.Sorted(maps.Keys(m)))
+	}
+}
+
+// TestWake checks both ways of waking a machine: Home Assistant's
+// wake_on_lan service when the WebSocket API is up, and our own packet
+// when the service fails (to a loopback listener here, never a broadcast).
+func TestWake(t *testing.T) {
+	ha := fakeha.New("wake-token")
+	defer ha.Close()
+	client := wsapi.New(wsapi.Options{URL: ha.URL, Token: "wake-token"}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go client.Run(ctx)
+	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	if err := client.WaitConnected(wctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fallback := l.LocalAddr().String()
+
+	if err := wake(wctx, client, "aa:bb:cc:dd:ee:31", fallback); err != nil {
+		t.Fatal(err)
+	}
+	calls := ha.ServiceCalls()
+	if len(calls) != 1 || calls[0].Domain != "wake_on_lan" || calls[0].Service != "send_magic_packet" ||
+		!strings.Contains(string(calls[0].ServiceData), `"aa:bb:cc:dd:ee:31"`) {
+		t.Fatalf("service calls %+v", calls)
+	}
+	// no such integration in Home Assistant: our own packet goes out
+	ha.FailService("wake_on_lan", "send_magic_packet", "not_found", "Service wake_on_lan.send_magic_packet not found.")
+	if err := wake(wctx, client, "aa:bb:cc:dd:ee:32", fallback); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 200)
+	l.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _, err := l.ReadFrom(buf)
+	if err != nil || n != 102 || buf[101] != 0x32 {
+		t.Fatalf("fallback packet: %d bytes, %v", n, err)
 	}
 }
