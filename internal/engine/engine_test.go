@@ -510,6 +510,7 @@ func TestWakeOnLAN(t *testing.T) {
 			woken = append(woken, mac)
 			mu.Unlock()
 			worker.SetUnreachable(false) // the machine powers on
+			worker.PowerOn()
 			return nil
 		}
 	}
@@ -525,8 +526,41 @@ func TestWakeOnLAN(t *testing.T) {
 	}
 	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
 	mu.Lock()
-	defer mu.Unlock()
 	if len(woken) != 1 || woken[0] != "aa:bb:cc:dd:ee:31" {
 		t.Fatalf("woken %v", woken)
+	}
+	mu.Unlock()
+
+	// scaling the worker away powers its machine off (it has a mac) ...
+	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "scaled down", long, func(r *recorder) bool {
+		return r.succeeded("apply") == 2 && r.status["lab"].Phase == tenant.PhaseRunning && r.status["lab"].NodesTotal == 1
+	})
+	if c := worker.Calls(); c.ResetGraceful != 1 || c.Halt != 1 || !worker.PoweredOff() {
+		t.Fatalf("worker after scale down: %+v, off %v", c, worker.PoweredOff())
+	}
+	// ... and growing the group again wakes it and brings it back
+	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "scaled up again", long, func(r *recorder) bool {
+		return r.succeeded("apply") == 3 && r.status["lab"].Phase == tenant.PhaseRunning && r.status["lab"].NodesReady == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(woken) != 2 {
+		t.Fatalf("woken %v, want the worker woken twice", woken)
+	}
+	// the control plane has no mac: it was never halted
+	if c := f.sims[0].Calls(); c.Halt != 0 {
+		t.Fatalf("control plane halted: %+v", c)
 	}
 }

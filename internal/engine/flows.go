@@ -270,7 +270,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 		ts.mu.Unlock()
 		ts.publish()
 		if len(removed) > 0 {
-			if err := ts.resetNodes(ctx, removed, true); err != nil {
+			if err := ts.resetNodes(ctx, p.t, removed, true); err != nil {
 				return "", err
 			}
 		}
@@ -593,8 +593,10 @@ func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, 
 
 // resetNodes resets nodes through the Talos API: gracefully (cordon,
 // drain, leave etcd) when removing them from a running cluster, or not
-// (back to maintenance) when the whole cluster goes.
-func (ts *tstate) resetNodes(ctx context.Context, names []string, graceful bool) error {
+// (back to maintenance) when the whole cluster goes. A removed metal node
+// whose machine has a mac is halted instead of rebooted, to save power:
+// Wake-on-LAN brings it back when the group grows again.
+func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []string, graceful bool) error {
 	e := ts.e
 	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
 	if err != nil {
@@ -607,9 +609,16 @@ func (ts *tstate) resetNodes(ctx context.Context, names []string, graceful bool)
 			continue
 		}
 		ts.setNode(n, func(s *tenant.NodeStatus) { s.Stage = tenant.StageResetting; s.Ready = false })
+		opts := talos.ResetOptions{Graceful: graceful}
+		if m := machineOf(t, n); graceful && m != nil && m.MAC != "" && e.opts.Wake != nil {
+			opts.Halt = true
+		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := talos.Reset(rctx, ep, tc, graceful)
+		err := talos.Reset(rctx, ep, tc, opts)
 		cancel()
+		if err == nil && opts.Halt {
+			e.log.Info("node reset and powered off; Wake-on-LAN brings it back when needed", zap.String("node", n))
+		}
 		if err != nil {
 			st, serr := talos.Status(ctx, ep, tc)
 			if serr == nil && st.Stage == tenant.StageMaintenance {
@@ -623,6 +632,23 @@ func (ts *tstate) resetNodes(ctx context.Context, names []string, graceful bool)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// machineOf finds the pool machine of a metal node by its name, also for a
+// node the tenant no longer declares (a group that shrank keeps its pool).
+func machineOf(t *tenant.Tenant, node string) *tenant.Machine {
+	if t == nil || t.Provider != tenant.ProviderMetal {
+		return nil
+	}
+	for gi := range t.NodeGroups {
+		g := &t.NodeGroups[gi]
+		for i := range g.Machines {
+			if tenant.NodeName(t.Name, g.Name, i+1) == node {
+				return &g.Machines[i]
+			}
+		}
+	}
+	return nil
 }
 
 // destroy resets the nodes back to maintenance and destroys the
@@ -640,7 +666,7 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 	}
 	slices.Sort(names)
 	if t.Provider == tenant.ProviderMetal {
-		if err := ts.resetNodes(ctx, names, false); err != nil {
+		if err := ts.resetNodes(ctx, t, names, false); err != nil {
 			return "", err
 		}
 	}

@@ -205,17 +205,26 @@ func Reboot(ctx context.Context, endpoint string, talosconfig []byte) error {
 	return nil
 }
 
+// ResetOptions say how a node is reset.
+type ResetOptions struct {
+	// Graceful is for removing a node from a running cluster: the node
+	// cordons and drains itself and leaves etcd first. Not graceful is for
+	// destroying a whole cluster.
+	Graceful bool
+	// Halt powers the machine off after the reset instead of rebooting it
+	// into maintenance mode (a metal machine that Wake-on-LAN can bring
+	// back when it is needed again).
+	Halt bool
+}
+
 // Reset wipes a node's STATE and EPHEMERAL partitions and reboots it, so
-// that it comes back in maintenance mode without a config.
-//
-// graceful is for removing a node from a running cluster: the node cordons
-// and drains itself and leaves etcd first. Non-graceful is for destroying a
-// whole cluster. A node already in maintenance mode counts as reset.
-func Reset(ctx context.Context, endpoint string, talosconfig []byte, graceful bool) error {
+// that it comes back in maintenance mode without a config, or halts it. A
+// node already in maintenance mode counts as reset.
+func Reset(ctx context.Context, endpoint string, talosconfig []byte, opts ResetOptions) error {
 	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
 		return c.ResetGeneric(ctx, &machine.ResetRequest{
-			Graceful: graceful,
-			Reboot:   true,
+			Graceful: opts.Graceful,
+			Reboot:   !opts.Halt,
 			SystemPartitionsToWipe: []*machine.ResetPartitionSpec{
 				{Label: "STATE", Wipe: true},
 				{Label: "EPHEMERAL", Wipe: true},

@@ -274,10 +274,10 @@ func TestWorkerAndResetFlow(t *testing.T) {
 
 	// Graceful reset of the worker (scale down), non-graceful of the control
 	// plane (destroy): both back in maintenance, configurable again.
-	if err := talos.Reset(ctx, eps[wk.Name], cfgs.Talosconfig, true); err != nil {
+	if err := talos.Reset(ctx, eps[wk.Name], cfgs.Talosconfig, talos.ResetOptions{Graceful: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, false); err != nil {
+	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range cl.Nodes {
@@ -296,7 +296,7 @@ func TestWorkerAndResetFlow(t *testing.T) {
 		t.Errorf("after reset: %+v %v", st, err)
 	}
 	// Resetting a node in maintenance is a no-op.
-	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, false); err != nil {
+	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
 		t.Errorf("reset in maintenance: %v", err)
 	}
 	// A fresh cluster: apply and bootstrap again.

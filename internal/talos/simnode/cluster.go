@@ -54,6 +54,7 @@ func (c *Cluster) Calls() Counts {
 		s.Reboot += k.Reboot
 		s.Reset += k.Reset
 		s.ResetGraceful += k.ResetGraceful
+		s.Halt += k.Halt
 		s.Version += k.Version
 		s.StateReads += k.StateReads
 		s.Dropped += k.Dropped

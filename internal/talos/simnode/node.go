@@ -51,6 +51,7 @@ type Counts struct {
 	Reboot        int
 	Reset         int
 	ResetGraceful int // Reset calls with graceful set
+	Halt          int // Reset calls that powered the machine off
 	Version       int
 	StateReads    int // COSI Get/List/Watch
 	Dropped       int // connections dropped while unreachable or down
@@ -75,6 +76,7 @@ type Node struct {
 	srv         *server // nil while down
 	secure      bool    // mode of the server to (re)start
 	down        bool    // rebooting: not serving
+	off         bool    // halted by a reset: down until PowerOn
 	unreachable bool    // test knob
 	gen         int     // lifecycle generation; sequences stop when it moves on
 	failBoot    int
@@ -218,6 +220,31 @@ func (n *Node) SetUnreachable(on bool) {
 	}
 	n.mu.Unlock()
 	old.stop()
+}
+
+// PoweredOff reports whether a reset halted the machine.
+func (n *Node) PoweredOff() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.off
+}
+
+// PowerOn boots a halted machine (what a Wake-on-LAN packet does): after
+// the boot delay it serves maintenance mode. It does nothing to a machine
+// that is on.
+func (n *Node) PowerOn() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.off || n.closed {
+		return
+	}
+	n.off = false
+	n.sequenceLocked(step{delay: n.opts.BootDelay, do: func(n *Node) *server {
+		if err := n.enterMaintenanceLocked(); err != nil {
+			n.down = true
+		}
+		return nil
+	}})
 }
 
 // Close stops the node and waits for its goroutines.

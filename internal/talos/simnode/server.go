@@ -379,6 +379,20 @@ func (s *machineServer) Reset(_ context.Context, req *machineapi.ResetRequest) (
 	if req.GetGraceful() {
 		n.counts.ResetGraceful++
 	}
+	if !req.GetReboot() {
+		// halt: the machine powers off and stays off until PowerOn
+		n.counts.Halt++
+		n.sequenceLocked(
+			step{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageResetting, true); return nil }},
+			step{delay: n.opts.ResetDelay, do: func(n *Node) *server {
+				n.cfg, n.cfgBytes = nil, nil
+				n.off = true
+				n.setStageLocked(runtime.MachineStageShuttingDown, true)
+				return n.goDownLocked()
+			}},
+		)
+		return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: "sim-reset"}}}, nil
+	}
 	n.sequenceLocked(
 		step{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageResetting, true); return nil }},
 		step{delay: n.opts.ResetDelay, do: func(n *Node) *server {
