@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,22 +64,15 @@ func TestRenderValidates(t *testing.T) {
 			if len(ca) == 0 {
 				t.Fatal("no secrets bundle")
 			}
-			env := append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "HOME="+dir)
-			run := func(args ...string) []byte {
-				cmd := exec.Command(bin, args...)
-				cmd.Dir, cmd.Env = out, env
-				b, err := cmd.CombinedOutput()
-				if err != nil && args[0] != "validate" {
-					t.Fatalf("tofu %v: %v\n%s", args, err, b)
-				}
-				return b
+			if _, code := testenv.RunTofu(t, bin, rc, out, "init", "-input=false", "-backend=false"); code != 0 {
+				t.Fatalf("tofu init: exit %d", code)
 			}
-			run("init", "-input=false", "-backend=false")
+			validate, _ := testenv.RunTofu(t, bin, rc, out, "validate", "-json")
 			var v struct {
 				Valid       bool `json:"valid"`
 				Diagnostics []struct{ Summary, Detail string }
 			}
-			if err := json.Unmarshal(run("validate", "-json"), &v); err != nil {
+			if err := json.Unmarshal(validate, &v); err != nil {
 				t.Fatal(err)
 			}
 			if !v.Valid {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/metal"
+	"github.com/rezuscloud/rezuscloud/internal/provider/providertest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -56,28 +57,8 @@ func render(t testing.TB, ten *tenant.Tenant) []byte {
 	return doc
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the render (run go test -update after checking the change):\n%s", path, got)
-	}
-}
-
 func TestGolden(t *testing.T) {
-	golden(t, "metal.tf.json", render(t, lab(2)))
+	providertest.Golden(t, *update, "metal.tf.json", render(t, lab(2)))
 }
 
 func TestDeterministic(t *testing.T) {
@@ -189,10 +170,10 @@ func TestTofu(t *testing.T) {
 		}
 	}
 	write(render(t, lab(2)))
-	if _, code := runTofu(t, bin, rc, dir, "init", "-input=false", "-backend=false"); code != 0 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "init", "-input=false", "-backend=false"); code != 0 {
 		t.Fatal("tofu init failed")
 	}
-	out, code := runTofu(t, bin, rc, dir, "validate", "-json")
+	out, code := testenv.RunTofu(t, bin, rc, dir, "validate", "-json")
 	var v struct {
 		Valid        bool              `json:"valid"`
 		ErrorCount   int               `json:"error_count"`
@@ -206,10 +187,10 @@ func TestTofu(t *testing.T) {
 		t.Fatalf("tofu validate: exit %d, valid %v, %d errors, %d warnings: %s", code, v.Valid, v.ErrorCount, v.WarningCount, out)
 	}
 
-	if _, code := runTofu(t, bin, rc, dir, "apply", "-input=false", "-auto-approve", "-json"); code != 0 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "apply", "-input=false", "-auto-approve", "-json"); code != 0 {
 		t.Fatal("tofu apply failed")
 	}
-	out, code = runTofu(t, bin, rc, dir, "output", "-json")
+	out, code = testenv.RunTofu(t, bin, rc, dir, "output", "-json")
 	if code != 0 {
 		t.Fatal("tofu output failed")
 	}
@@ -234,19 +215,19 @@ func TestTofu(t *testing.T) {
 
 	// Unchanged tenant: identical bytes, no changes (-detailed-exitcode 0).
 	write(render(t, lab(2)))
-	if _, code := runTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-detailed-exitcode"); code != 0 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-detailed-exitcode"); code != 0 {
 		t.Errorf("re-plan of an unchanged tenant: exit %d, want 0 (no changes)", code)
 	}
 
 	// One more worker: exactly one create.
 	write(render(t, lab(3)))
-	if _, code := runTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-out=scale.plan", "-detailed-exitcode"); code != 2 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-out=scale.plan", "-detailed-exitcode"); code != 2 {
 		t.Fatalf("plan after scaling: exit %d, want 2 (changes)", code)
 	}
 	if got, want := planned(t, bin, rc, dir, "scale.plan"), []string{"terraform_data.lab-workers-3:create"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("scaling 2 -> 3 plans %v, want %v", got, want)
 	}
-	if _, code := runTofu(t, bin, rc, dir, "apply", "-input=false", "-json", "scale.plan"); code != 0 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "apply", "-input=false", "-json", "scale.plan"); code != 0 {
 		t.Fatal("tofu apply of the scale plan failed")
 	}
 
@@ -260,7 +241,7 @@ func TestTofu(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(doc)
-	if _, code := runTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-out=config.plan"); code != 0 {
+	if _, code := testenv.RunTofu(t, bin, rc, dir, "plan", "-input=false", "-no-color", "-out=config.plan"); code != 0 {
 		t.Fatal("plan after a config change failed")
 	}
 	if got, want := planned(t, bin, rc, dir, "config.plan"), []string{"terraform_data.lab-workers-1:update"}; !reflect.DeepEqual(got, want) {
@@ -271,7 +252,7 @@ func TestTofu(t *testing.T) {
 // planned lists "address:actions" of a plan file's changes other than no-op.
 func planned(t *testing.T, bin, rc, dir, planFile string) []string {
 	t.Helper()
-	out, code := runTofu(t, bin, rc, dir, "show", "-json", planFile)
+	out, code := testenv.RunTofu(t, bin, rc, dir, "show", "-json", planFile)
 	if code != 0 {
 		t.Fatal("tofu show -json failed")
 	}

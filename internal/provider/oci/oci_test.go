@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/oci"
+	"github.com/rezuscloud/rezuscloud/internal/provider/providertest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -58,26 +57,6 @@ func render(t testing.TB, ten *tenant.Tenant, stage provider.Stage) []byte {
 	return doc
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the render (run go test -update after checking the change):\n%s", path, got)
-	}
-}
-
 // explicit is a tenant with its own endpoint, one AD and a fixed shape.
 func explicit() *tenant.Tenant {
 	ten := lab(1)
@@ -89,9 +68,9 @@ func explicit() *tenant.Tenant {
 }
 
 func TestGolden(t *testing.T) {
-	golden(t, "oci-network.tf.json", render(t, lab(2), provider.StageNetwork))
-	golden(t, "oci-full.tf.json", render(t, lab(2), provider.StageFull))
-	golden(t, "oci-explicit-full.tf.json", render(t, explicit(), provider.StageFull))
+	providertest.Golden(t, *update, "oci-network.tf.json", render(t, lab(2), provider.StageNetwork))
+	providertest.Golden(t, *update, "oci-full.tf.json", render(t, lab(2), provider.StageFull))
+	providertest.Golden(t, *update, "oci-explicit-full.tf.json", render(t, explicit(), provider.StageFull))
 }
 
 func TestDeterministic(t *testing.T) {

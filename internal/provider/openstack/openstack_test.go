@@ -14,6 +14,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/openstack"
+	"github.com/rezuscloud/rezuscloud/internal/provider/providertest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -53,26 +54,6 @@ func render(t testing.TB, ten *tenant.Tenant, stage provider.Stage) []byte {
 	return doc
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the render (run go test -update after checking the change):\n%s", path, got)
-	}
-}
-
 // noPool is lab without a floating IP pool, with ids instead of names.
 func noPool() *tenant.Tenant {
 	ten := lab(1)
@@ -82,9 +63,9 @@ func noPool() *tenant.Tenant {
 }
 
 func TestGolden(t *testing.T) {
-	golden(t, "openstack-network.tf.json", render(t, lab(2), provider.StageNetwork))
-	golden(t, "openstack-full.tf.json", render(t, lab(2), provider.StageFull))
-	golden(t, "openstack-nopool-full.tf.json", render(t, noPool(), provider.StageFull))
+	providertest.Golden(t, *update, "openstack-network.tf.json", render(t, lab(2), provider.StageNetwork))
+	providertest.Golden(t, *update, "openstack-full.tf.json", render(t, lab(2), provider.StageFull))
+	providertest.Golden(t, *update, "openstack-nopool-full.tf.json", render(t, noPool(), provider.StageFull))
 }
 
 func TestDeterministic(t *testing.T) {
@@ -330,10 +311,10 @@ func TestTofuValidate(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "main.tf.json"), doc, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, code := runTofu(t, bin, rc, dir, "init", "-input=false", "-backend=false"); code != 0 {
+			if _, code := testenv.RunTofu(t, bin, rc, dir, "init", "-input=false", "-backend=false"); code != 0 {
 				t.Fatal("tofu init failed")
 			}
-			out, code := runTofu(t, bin, rc, dir, "validate", "-json")
+			out, code := testenv.RunTofu(t, bin, rc, dir, "validate", "-json")
 			var v struct {
 				Valid        bool `json:"valid"`
 				ErrorCount   int  `json:"error_count"`
