@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,14 +194,11 @@ func (e *Engine) releaseStaleLocks(names []string) {
 
 // restore brings back tenants that have a record but maybe no file.
 func (e *Engine) restore() {
+	// every tenant that ever ran tofu has a record (it is saved before an
+	// operation starts), so the records name every lock there can be
 	names := e.knownTenants()
-	if s, err := e.opts.Store.Load(); err == nil {
-		for _, t := range s.Tenants {
-			names = append(names, t.Name)
-		}
-	}
 	e.releaseStaleLocks(names)
-	for _, name := range e.knownTenants() {
+	for _, name := range names {
 		rec, err := e.loadRecord(name)
 		if err != nil {
 			e.log.Error("restoring tenant", zap.String("tenant", name), zap.Error(err))
@@ -209,16 +207,18 @@ func (e *Engine) restore() {
 		if !rec.Infra {
 			continue
 		}
+		var applied *tenant.Tenant
+		if len(rec.Spec) > 0 {
+			applied, _ = tenant.Parse(e.opts.Store.Path(name), rec.Spec)
+		}
 		e.mu.Lock()
 		ts := e.ensureLocked(name, rec)
 		e.mu.Unlock()
-		if ts.spec == nil && len(rec.Spec) > 0 {
-			if t, err := tenant.Parse(e.opts.Store.Path(name), rec.Spec); err == nil {
-				ts.mu.Lock()
-				ts.applied = t
-				ts.mu.Unlock()
-			}
+		ts.mu.Lock()
+		if ts.spec == nil && applied != nil {
+			ts.applied = applied
 		}
+		ts.mu.Unlock()
 	}
 }
 
@@ -316,7 +316,7 @@ func (e *Engine) publishTenants() {
 		states = append(states, ts)
 	}
 	e.mu.Unlock()
-	slices.SortFunc(states, func(a, b *tstate) int { return compare(a.name, b.name) })
+	slices.SortFunc(states, func(a, b *tstate) int { return strings.Compare(a.name, b.name) })
 	var list []*tenant.Tenant
 	for _, ts := range states {
 		if t := ts.shown(); t != nil {
@@ -329,16 +329,6 @@ func (e *Engine) publishTenants() {
 	}
 	e.publishBridge()
 	e.updatePollTargets()
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (e *Engine) publishBridge() {
@@ -522,28 +512,4 @@ func (e *Engine) SetLogLevel(level string) error {
 		return fmt.Errorf("the log level cannot be changed")
 	}
 	return e.opts.SetLogLevel(level)
-}
-
-// Running counts the operations running now.
-func (e *Engine) Running() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ts := range e.ts {
-		if ts.running() != "" {
-			n++
-		}
-	}
-	return n
-}
-
-// TenantStatus returns a tenant's current status (for tests and the CLI).
-func (e *Engine) TenantStatus(name string) (tenant.Status, bool) {
-	ts, err := e.get(name)
-	if err != nil {
-		return tenant.Status{}, false
-	}
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.status, true
 }

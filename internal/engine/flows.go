@@ -705,20 +705,13 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 	ts.status.Pending = tenant.Changes{}
 	ts.status.Progress = 100
 	orphan := ts.spec == nil
+	ts.pruneNodesLocked() // nodes the file no longer declares go
 	ts.mu.Unlock()
-	ts.pruneAfterDestroy()
 	e.updatePollTargets()
 	if orphan {
 		e.forget(ts)
 	}
 	return "destroyed; the secrets bundle is kept until the tenant file is removed", nil
-}
-
-// pruneAfterDestroy drops nodes the file no longer declares.
-func (ts *tstate) pruneAfterDestroy() {
-	ts.mu.Lock()
-	ts.pruneNodesLocked()
-	ts.mu.Unlock()
 }
 
 // forget removes an orphaned tenant after its destroy.

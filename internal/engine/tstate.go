@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ func interrupted(op string) string {
 // setSpec takes a new version of the tenant file; it reports a change.
 // Called with e.mu held.
 func (ts *tstate) setSpec(t *tenant.Tenant) bool {
-	raw, _ := os.ReadFile(t.Path)
+	raw := t.Source
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	var changed bool
@@ -293,7 +294,7 @@ func (ts *tstate) setStatus(f func(*tenant.Status)) {
 
 // onNodeState takes a change reported by the poller.
 func (e *Engine) onNodeState(key string, st talos.NodeState) {
-	tn, node, ok := splitKey(key)
+	tn, node, ok := strings.Cut(key, "/")
 	if !ok {
 		return
 	}
@@ -315,15 +316,6 @@ func (e *Engine) onNodeState(key string, st talos.NodeState) {
 // pollKey names a node for the poller: tenant and node joined by a byte
 // that neither may contain.
 func pollKey(tenantName, node string) string { return tenantName + "/" + node }
-
-func splitKey(k string) (string, string, bool) {
-	for i := 0; i < len(k); i++ {
-		if k[i] == '/' {
-			return k[:i], k[i+1:], true
-		}
-	}
-	return "", "", false
-}
 
 // updatePollTargets polls every provisioned node of every tenant that has
 // a talosconfig.

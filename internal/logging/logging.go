@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -48,20 +49,11 @@ func New(level string, w io.Writer) (*Logger, error) {
 // SetLevel changes the level at run time.
 func (l *Logger) SetLevel(level string) error {
 	lvl, err := zapcore.ParseLevel(level)
-	if err != nil || !validLevel(level) {
+	if err != nil || !slices.Contains(Levels, level) {
 		return fmt.Errorf("log level %q is not one of debug, info, warn, error", level)
 	}
 	l.Level.SetLevel(lvl)
 	return nil
-}
-
-func validLevel(s string) bool {
-	for _, l := range Levels {
-		if l == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Redactor holds the secret values that must never be written.

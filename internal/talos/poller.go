@@ -155,23 +155,9 @@ func (p *Poller) Run(ctx context.Context) {
 		}
 		p.mu.Unlock()
 		for _, name := range due {
-			select {
-			case p.sem <- struct{}{}:
-			case <-ctx.Done():
+			if !p.start(ctx, &wg, name, p.poke) {
 				return
 			}
-			t := p.claim(name)
-			if t == nil {
-				<-p.sem
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-p.sem }()
-				p.pollOne(ctx, name, t)
-				p.poke()
-			}()
 		}
 		if len(due) > 0 {
 			continue // rescan: polls may have finished while we waited
@@ -200,25 +186,36 @@ func (p *Poller) PollOnce(ctx context.Context) {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, name := range names {
-		select {
-		case p.sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
+		if !p.start(ctx, &wg, name, nil) {
+			break
 		}
-		t := p.claim(name)
-		if t == nil {
-			<-p.sem
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-p.sem }()
-			p.pollOne(ctx, name, t)
-		}()
 	}
 	wg.Wait()
+}
+
+// start waits for a free slot and polls name in a goroutine of wg, then
+// calls after (if any). It returns false when ctx ended first.
+func (p *Poller) start(ctx context.Context, wg *sync.WaitGroup, name string, after func()) bool {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	t := p.claim(name)
+	if t == nil {
+		<-p.sem
+		return true
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { <-p.sem }()
+		p.pollOne(ctx, name, t)
+		if after != nil {
+			after()
+		}
+	}()
+	return true
 }
 
 // claim marks a target in flight and returns a copy of what to poll.

@@ -96,7 +96,7 @@ func Parse(path string, data []byte) (*Tenant, error) {
 	if !utf8.Valid(data) {
 		return nil, Problems{{File: path, Msg: "file is not valid UTF-8"}}
 	}
-	t := &Tenant{Name: NameFromPath(path), Path: path}
+	t := &Tenant{Name: NameFromPath(path), Path: path, Source: slices.Clone(data)}
 	var probs Problems
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	pos := positions(data)

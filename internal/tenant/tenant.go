@@ -50,6 +50,9 @@ type Tenant struct {
 
 	// Path is the file the tenant was read from ("" when built in code).
 	Path string `toml:"-" json:"-"`
+	// Source is the file's contents as read, to tell one version from
+	// another without reading the file again.
+	Source []byte `toml:"-" json:"-"`
 }
 
 // OCI holds an Oracle Cloud tenant's platform fields.
