@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/engine"
 	"github.com/rezuscloud/rezuscloud/internal/hass"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
+	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
@@ -93,9 +95,15 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		CLIConfigFile: cfg.Tofu.CLIConfig,
 		Passphrase:    pass.Reveal(),
 		Logger:        log.Named("tofu"),
+		AllowMissing:  true, // come up and show the problem in Home Assistant
 	})
 	if err != nil {
 		return err
+	}
+	var problem string
+	if err := runner.Problem(); err != nil {
+		problem = fmt.Sprintf("OpenTofu cannot run, so no cluster can be planned or applied: %v", err)
+		log.Error("tofu is missing: rezuscloud runs, but every plan and apply fails until it is installed", zap.Error(err))
 	}
 	defer runner.Close(context.Background())
 
@@ -144,8 +152,19 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		// after a power cut the broker may come up long after us: keep
 		// trying (each failure is logged) until stopped
 		ConnectTimeout: 365 * 24 * time.Hour,
+		// a refused command also raises a persistent notification
+		OnRefused: func(ev tenant.OperationEvent) {
+			if pubs.link != nil {
+				pubs.link.Operation(ev)
+			}
+		},
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
+	// voice: expose a curated set to Assist (assist_expose), or withdraw it
+	pubs.assist = wsapi.NewAssist(haClient, wsapi.AssistOptions{Enabled: cfg.HomeAssistant.AssistExpose,
+		StateFile: filepath.Join(cfg.DataDir, "assist.json")}, log.Named("assist"))
+	pubs.baseTopic = cfg.MQTT.BaseTopic
+	bridge.SetBridgeProblem(problem)
 	if haClient != nil { // set before the engine runs: it publishes through it
 		pubs.link = wsapi.NewLink(haClient, func(ctx context.Context, data json.RawMessage) any {
 			return bridge.HandleEvent(ctx, data)
@@ -170,6 +189,31 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	}
 	defer bridge.Close()
 	log.Info("connected to MQTT", zap.String("broker", cfg.MQTT.URL), zap.String("base_topic", cfg.MQTT.BaseTopic))
+	if cfg.AddonMode {
+		// the image's HEALTHCHECK: unhealthy only after the MQTT connection
+		// has been down for a long time (a broker restart is not a failure)
+		if ln, err := net.Listen("tcp", health.DefaultAddr); err != nil {
+			log.Warn("health check endpoint not served", zap.Error(err))
+		} else {
+			checker := health.NewChecker(func() error {
+				if !bridge.Connected() {
+					return errors.New("not connected to the MQTT broker")
+				}
+				return nil
+			}, 10*time.Minute)
+			go func() { _ = health.Serve(ctx, ln, checker) }()
+		}
+	}
+
+	assistCtx, stopAssist := context.WithCancel(ctx)
+	assistDone := make(chan struct{})
+	go func() {
+		defer close(assistDone)
+		if err := pubs.assist.Run(assistCtx); err != nil {
+			log.Error("Assist exposure (assist_expose)", zap.Error(err))
+		}
+	}()
+	defer func() { stopAssist(); <-assistDone }()
 
 	// the optional link to Home Assistant's WebSocket API
 	var wsDone chan struct{}
@@ -199,12 +243,17 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 
 // fanout hands the engine's state to the bridge and the WebSocket link.
 type fanout struct {
-	bridge *hass.Bridge
-	link   *wsapi.Link
-	print  io.Writer
+	bridge    *hass.Bridge
+	link      *wsapi.Link
+	assist    *wsapi.Assist
+	baseTopic string
+	print     io.Writer
 }
 
-func (f *fanout) SetTenants(ts []*tenant.Tenant) { f.bridge.SetTenants(ts) }
+func (f *fanout) SetTenants(ts []*tenant.Tenant) {
+	f.bridge.SetTenants(ts)
+	f.assist.SetEntities(hass.AssistEntities(f.baseTopic, ts))
+}
 func (f *fanout) SetTenantStatus(name string, st tenant.Status) {
 	f.bridge.SetTenantStatus(name, st)
 }

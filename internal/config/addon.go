@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,12 +28,17 @@ type Options struct {
 	BaseTopic       string `json:"base_topic"`
 	ParallelApplies int    `json:"parallel_applies"`
 	StatePassphrase Secret `json:"state_passphrase"`
+	AssistExpose    bool   `json:"assist_expose"`
 
 	OCITenancyOCID string `json:"oci_tenancy_ocid"`
 	OCIUserOCID    string `json:"oci_user_ocid"`
 	OCIFingerprint string `json:"oci_fingerprint"`
 	OCIPrivateKey  Secret `json:"oci_private_key"`
 	OCIRegion      string `json:"oci_region"`
+
+	// OCIPrivateKeyFile is a PEM file under /config or /share, the way to
+	// give a multi-line key without the options form flattening it.
+	OCIPrivateKeyFile string `json:"oci_private_key_file"`
 
 	OpenStackAuthURL           string `json:"openstack_auth_url"`
 	OpenStackUsername          string `json:"openstack_username"`
@@ -82,6 +88,16 @@ func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config,
 		return cfg, fmt.Errorf("add-on options %s: %w", optionsPath, err)
 	}
 	o.apply(&cfg)
+	if o.OCIPrivateKeyFile != "" {
+		if o.OCIPrivateKey != "" {
+			return cfg, errors.New("add-on options: set oci_private_key or oci_private_key_file, not both")
+		}
+		k, err := readKeyFile(o.OCIPrivateKeyFile, ociKeyDirs)
+		if err != nil {
+			return cfg, fmt.Errorf("add-on options: oci_private_key_file: %w", err)
+		}
+		cfg.Credentials.OCI.PrivateKey = k
+	}
 	if o.MQTTURL == "" {
 		svc, err := sup.MQTT(ctx)
 		if err != nil {
@@ -93,6 +109,7 @@ func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config,
 	if sup.Token == "" {
 		cfg.HomeAssistant = HomeAssistant{}
 	}
+	cfg.HomeAssistant.AssistExpose = o.AssistExpose
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)
 	}

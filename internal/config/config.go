@@ -82,6 +82,10 @@ type Tofu struct {
 type HomeAssistant struct {
 	URL   string `toml:"url"`
 	Token Secret `toml:"token"`
+	// AssistExpose: expose a curated, never destructive set of each
+	// cluster's entities to Assist and give them speakable aliases
+	// (opt-in: exposure is the user's privacy choice).
+	AssistExpose bool `toml:"assist_expose"`
 }
 
 // Credentials are the cloud credentials; they reach tofu in its
@@ -203,8 +207,14 @@ func (c *Config) Validate() error {
 			bad("homeassistant.token", "is required with homeassistant.url (a long-lived access token)")
 		}
 	}
-	if k := c.Credentials.OCI.PrivateKey; k != "" && !strings.Contains(k.Reveal(), "PRIVATE KEY-----") {
-		bad("credentials.oci.private_key", "is not a PEM private key")
+	// A flattened PEM (the options form strips newlines) is re-wrapped in
+	// place; a key that does not parse is refused without being printed.
+	if k := c.Credentials.OCI.PrivateKey; k != "" {
+		if nk, err := NormalizePrivateKey(k); err != nil {
+			bad("credentials.oci.private_key", "%v", err)
+		} else {
+			c.Credentials.OCI.PrivateKey = nk
+		}
 	}
 	if u := c.Credentials.OpenStack.AuthURL; u != "" {
 		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {

@@ -174,21 +174,16 @@ func (e *Engine) Reload(ctx context.Context) (any, error) {
 	return done, nil
 }
 
-// releaseStaleLocks frees state locks left by a tofu that was killed: only
-// this process runs tofu on this data dir, so at start-up every lock is
-// stale.
+// releaseStaleLocks recovers each tenant's tofu workspace at start-up
+// (tofu.Runner.Recover): a lock is released only once no tofu of an earlier
+// add-on process still runs.
 func (e *Engine) releaseStaleLocks(names []string) {
 	for _, name := range names {
-		info, held := e.opts.Runner.Lock(name)
-		if !held {
-			continue
+		// stops a tofu the previous add-on left running before its lock is
+		// released, and imports only a newer errored.tfstate
+		if err := e.opts.Runner.Recover(e.ctx, name); err != nil {
+			e.log.Error("recovering the tofu workspace", zap.String("tenant", name), zap.Error(err))
 		}
-		if err := e.opts.Runner.ForceUnlock(name, info.ID); err != nil {
-			e.log.Error("releasing a stale state lock", zap.String("tenant", name), zap.String("lock", info.ID), zap.Error(err))
-			continue
-		}
-		e.log.Warn("released a stale state lock left by an interrupted tofu run", zap.String("tenant", name),
-			zap.String("lock", info.ID), zap.String("operation", info.Operation), zap.Time("created", info.Created))
 	}
 }
 
@@ -279,17 +274,25 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 // Whoever notices a change first (the file watcher or the command that
 // wrote the file) calls it, once per change.
 func (e *Engine) specChanged(ts *tstate) error {
-	ts.mu.Lock()
-	infra, auto := ts.rec.Infra, ts.spec != nil && ts.spec.AutoApply
-	ts.mu.Unlock()
-	if !infra {
+	op := ts.reaction()
+	if op == "" {
 		return nil
 	}
-	op := "plan"
-	if auto {
-		op = "apply"
-	}
 	return e.enqueue(ts.name, op, nil)
+}
+
+// reaction is the operation a change of the tenant's file calls for: none
+// without infrastructure, else a plan, or an apply with auto_apply.
+func (ts *tstate) reaction() string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	switch {
+	case !ts.rec.Infra:
+		return ""
+	case ts.spec != nil && ts.spec.AutoApply:
+		return "apply"
+	}
+	return "plan"
 }
 
 // ensureLocked returns the tenant's state, creating it and its worker.
@@ -367,6 +370,11 @@ func (e *Engine) enqueue(name, op string, args *opArgs) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownTenant, name)
 	}
+	return e.enqueueLocked(ts, op, args)
+}
+
+// enqueueLocked queues an operation; e.mu is held.
+func (e *Engine) enqueueLocked(ts *tstate, op string, args *opArgs) error {
 	o := &operation{name: op}
 	if args != nil {
 		o.args = *args
@@ -375,7 +383,7 @@ func (e *Engine) enqueue(name, op string, args *opArgs) error {
 	case ts.queue <- o:
 		return nil
 	default:
-		return fmt.Errorf("tenant %s: %w", name, ErrBusy)
+		return fmt.Errorf("tenant %s: %w", ts.name, ErrBusy)
 	}
 }
 
@@ -400,7 +408,35 @@ func (e *Engine) Apply(ctx context.Context, name string) (any, error) {
 	if ts.orphaned() {
 		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to apply, or destroy the tenant", name)
 	}
+	if err := e.fileValid(name); err != nil {
+		return nil, err
+	}
 	return e.queued(e.enqueue(name, "apply", nil))
+}
+
+// fileValid reads the tenant files now, as the watcher would, so that Apply
+// and Plan work on the file as it is at the press: a file that does not
+// validate refuses them with its own problems (the last valid version is
+// never applied in its place).
+func (e *Engine) fileValid(name string) error {
+	s, err := e.opts.Store.Load()
+	if err != nil {
+		return fmt.Errorf("tenant %s: reading the tenant files: %w", name, err)
+	}
+	e.apply(s)
+	if !slices.Contains(s.Invalid, name) {
+		return nil
+	}
+	var mine tenant.Problems
+	for _, p := range s.Problems {
+		if tenant.NameFromPath(p.File) == name {
+			mine = append(mine, p)
+		}
+	}
+	if len(mine) == 0 {
+		return fmt.Errorf("tenant %s: its file %s does not validate; fix it first (nothing was changed)", name, e.opts.Store.Path(name))
+	}
+	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, mine)
 }
 
 // Plan plans the tenant and shows the pending changes.
@@ -411,6 +447,9 @@ func (e *Engine) Plan(ctx context.Context, name string) (any, error) {
 	}
 	if ts.orphaned() {
 		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to plan", name)
+	}
+	if err := e.fileValid(name); err != nil {
+		return nil, err
 	}
 	return e.queued(e.enqueue(name, "plan", nil))
 }
@@ -444,45 +483,60 @@ func (e *Engine) Destroy(ctx context.Context, name, confirm string) (any, error)
 // A provisioned tenant then plans, or applies when it has auto_apply; an
 // unprovisioned one uses the new count at its next Apply.
 func (e *Engine) Scale(ctx context.Context, name, group string, count int) (any, error) {
-	ts, err := e.get(name)
-	if err != nil {
-		return nil, err
-	}
-	if ts.orphaned() {
-		return nil, fmt.Errorf("tenant %s: its file was removed", name)
-	}
-	t, err := e.opts.Store.SetCount(name, group, count)
-	if err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	changed := ts.setSpec(t)
-	e.mu.Unlock()
-	if !changed {
-		return done, nil // the file watcher noticed the change first and reacted
-	}
-	e.publishTenants()
-	return done, e.specChanged(ts)
+	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetCount(name, group, count) })
 }
 
 // SetAutoApply writes auto_apply into the tenant file.
 func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) (any, error) {
-	ts, err := e.get(name)
+	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetAutoApply(name, on) })
+}
+
+// editSpec changes a tenant file through write and reacts to the change
+// like the file watcher would. A change that needs an operation the
+// tenant's queue has no room for is refused before the file is written: a
+// refused command changes nothing. e.mu is held from the room check to the
+// enqueue (the worker only ever makes room), so no other command can take
+// the slot in between.
+func (e *Engine) editSpec(name string, write func() (*tenant.Tenant, error)) (any, error) {
+	changed, err := e.editSpecLocked(name, write)
 	if err != nil {
 		return nil, err
 	}
-	t, err := e.opts.Store.SetAutoApply(name, on)
-	if err != nil {
-		return nil, err
+	if changed {
+		e.publishTenants()
 	}
+	return done, nil
+}
+
+func (e *Engine) editSpecLocked(name string, write func() (*tenant.Tenant, error)) (changed bool, err error) {
 	e.mu.Lock()
-	changed := ts.setSpec(t)
-	e.mu.Unlock()
-	if !changed {
-		return done, nil
+	defer e.mu.Unlock()
+	if e.closed {
+		return false, ErrClosed
 	}
-	e.publishTenants()
-	return done, e.specChanged(ts)
+	ts, ok := e.ts[name]
+	if !ok {
+		return false, fmt.Errorf("%w %q", ErrUnknownTenant, name)
+	}
+	if ts.orphaned() {
+		return false, fmt.Errorf("tenant %s: its file was removed", name)
+	}
+	if ts.reaction() != "" && len(ts.queue) >= cap(ts.queue) {
+		return false, fmt.Errorf("tenant %s: %w; the file was not changed", name, ErrBusy)
+	}
+	t, err := write()
+	if err != nil {
+		return false, err
+	}
+	if !ts.setSpec(t) {
+		return false, nil // the file watcher noticed the change first and reacted
+	}
+	if op := ts.reaction(); op != "" { // auto_apply may just have changed
+		if err := e.enqueueLocked(ts, op, nil); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 // Bootstrap bootstraps etcd on the first control plane (a no-op when it
@@ -500,7 +554,7 @@ func (e *Engine) Reboot(ctx context.Context, name, node string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ts.nodeAddress(node); !ok {
+	if _, ok := ts.target(node); !ok {
 		return nil, fmt.Errorf("tenant %s: node %q is not provisioned", name, node)
 	}
 	return e.queued(e.enqueue(name, "reboot", &opArgs{node: node}))

@@ -79,14 +79,24 @@ func (ts *tstate) setProgress(pct int) {
 	ts.setStatus(func(s *tenant.Status) { s.Progress = min(max(pct, 0), 100) })
 }
 
-// saveRec changes the record and writes it.
+// saveRec changes the record and writes it. Writes are serialised by
+// saveMu and each writes the record as it is when the write starts, so a
+// slower writer can never put back an older record over a newer one (two
+// nodes' config markers saved at once both survive).
 func (ts *tstate) saveRec(f func(*record)) error {
+	ts.saveMu.Lock()
+	defer ts.saveMu.Unlock()
 	ts.mu.Lock()
-	f(&ts.rec)
+	if f != nil {
+		f(&ts.rec)
+	}
 	rec := ts.rec.clone()
 	ts.mu.Unlock()
 	return ts.e.saveRecord(ts.name, rec)
 }
+
+// persist writes the record as it is now (after a change made under mu).
+func (ts *tstate) persist() error { return ts.saveRec(nil) }
 
 // prepared is what a plan needs and an apply reuses.
 type prepared struct {
@@ -312,8 +322,15 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	for _, o := range outs {
 		if n, ok := declared[o.Name]; ok {
 			nr := nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
+			if p.t.Provider != tenant.ProviderMetal {
+				nr.PrivateAddress = o.PrivateAddress
+			}
 			if old, ok := rec.Nodes[o.Name]; ok && old.Address == o.Address && old.ID == o.ID {
 				nr.ConfigHash = old.ConfigHash // the same machine: it has that config
+			} else if p.t.Provider != tenant.ProviderMetal {
+				// a new instance booted from its user_data, which is this
+				// config: it is not sent it again
+				nr.ConfigHash = configHash(p.configs.Nodes[o.Name])
 			}
 			nodes[o.Name] = nr
 		}
@@ -333,7 +350,8 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	for name, nr := range nodes {
 		s := ts.nodes[name]
-		s.Address, s.Role, s.Group = nr.Address, nr.Role, nr.Group
+		s.Address, s.PrivateAddress = e.shownAddress(p.t.Provider, ts.rec.Endpoint, nodes, name), nr.PrivateAddress
+		s.Role, s.Group = nr.Role, nr.Group
 		ts.nodes[name] = s
 	}
 	ts.mu.Unlock()
@@ -343,8 +361,8 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	// nodes, bootstrap once, kubeconfig
 	var cps []string
 	for _, n := range p.t.Nodes() {
-		if n.Role == tenant.RoleControlPlane {
-			cps = append(cps, nodes[n.Name].Address)
+		if nr := nodes[n.Name]; n.Role == tenant.RoleControlPlane && !routed(p.t.Provider, nr) {
+			cps = append(cps, nr.Address)
 		}
 	}
 	tc, err := talos.Talosconfig(p.bundle, p.t.Name, cps)
@@ -362,12 +380,9 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	ts.setProgress(75)
 	ts.setPhase(tenant.PhaseBootstrapping)
-	first := e.endpoint(nodes[p.t.Nodes()[0].Name].Address)
-	for _, n := range p.t.Nodes() {
-		if n.Role == tenant.RoleControlPlane {
-			first = e.endpoint(nodes[n.Name].Address)
-			break
-		}
+	first, ok := ts.target(firstControlPlane(p.t))
+	if !ok {
+		return "", fmt.Errorf("the first control plane %s has no address", firstControlPlane(p.t))
 	}
 	if !rec.Bootstrapped {
 		if err := talos.Bootstrap(ctx, first, tc); err != nil {
@@ -433,15 +448,14 @@ func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[str
 		}
 	}
 	if err := parallel(ctx, order, func(name string) error {
-		return ts.configureNode(ctx, name, e.endpoint(nodes[name].Address), macs[name], p.configs.Nodes[name], tc)
+		t, _ := ts.target(name)
+		return ts.configureNode(ctx, name, t, macs[name], p.configs.Nodes[name], tc)
 	}); err != nil {
 		return err
 	}
 	return parallel(ctx, order, func(name string) error {
-		if _, err := talos.WaitSecure(ctx, e.endpoint(nodes[name].Address), tc); err != nil {
-			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, err)
-		}
-		return nil
+		t, _ := ts.target(name)
+		return ts.waitConfigured(ctx, name, t, p.configs.Nodes[name], tc)
 	})
 }
 
@@ -484,17 +498,20 @@ func parallel(ctx context.Context, names []string, fn func(name string) error) e
 // configureNode waits until a node answers and gives it its machine
 // config: through the maintenance API when it waits for one, through the
 // secure API when it runs with an older one.
-func (ts *tstate) configureNode(ctx context.Context, name, ep, mac string, cfg, tc []byte) error {
-	sum := sha256.Sum256(cfg)
-	hash := hex.EncodeToString(sum[:])
+func (ts *tstate) configureNode(ctx context.Context, name string, target talos.Target, mac string, cfg, tc []byte) error {
+	hash := configHash(cfg)
+	ep := target.String()
 	last := tenant.StageUnreachable
 	var woken time.Time
 	for {
-		st, err := talos.Status(ctx, ep, tc)
+		st, err := talos.Status(ctx, target, tc)
 		if err == nil {
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
 			switch st.Stage {
 			case tenant.StageMaintenance:
+				if target.Routed() {
+					return fmt.Errorf("node %s is in maintenance mode, and it can only be reached through a control plane, which maintenance mode does not serve: recreate the instance so that it boots from its user_data", name)
+				}
 				// recorded first: if a stop interrupts the call after the
 				// node took the config, the node comes up with it and is
 				// not given it again; if the node did not take it, it is
@@ -511,7 +528,7 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep, mac string, cfg, 
 				if ts.appliedHash(name) == hash {
 					return nil
 				}
-				if err := talos.ApplyConfig(ctx, ep, tc, cfg); err != nil {
+				if err := talos.ApplyConfig(ctx, target, tc, cfg); err != nil {
 					return fmt.Errorf("node %s: applying its changed machine config: %w", name, err)
 				}
 				return ts.configApplied(name, hash)
@@ -541,6 +558,61 @@ func (ts *tstate) configureNode(ctx context.Context, name, ep, mac string, cfg, 
 	}
 }
 
+// waitConfigured waits until a node that was given its config answers
+// the secure API. A node that falls back to maintenance mode instead (its
+// install failed, it rebooted from the ISO) is noticed, logged, shown in
+// stage maintenance and given its config again, twice at most; then the
+// apply fails and says so, instead of waiting in silence until its timeout.
+func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.Target, cfg, tc []byte) error {
+	const maxReapply = 2
+	reapplied := 0
+	for attempt := 0; ; attempt++ {
+		tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := talos.WaitSecure(tctx, target, tc)
+		definitive := err != nil && tctx.Err() == nil // not a time-out: the node refused
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if definitive {
+			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, context.Cause(ctx))
+		}
+		if st, serr := talos.Status(ctx, target, tc); serr == nil && st.Stage == tenant.StageMaintenance && !target.Routed() {
+			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageMaintenance, false })
+			if reapplied >= maxReapply {
+				return fmt.Errorf("node %s fell back to maintenance mode %d times after it was given its machine config: check its install disk and its console", name, reapplied+1)
+			}
+			reapplied++
+			ts.e.log.Warn("node fell back to maintenance mode after it was configured; giving it its machine config again",
+				zap.String("tenant", ts.name), zap.String("node", name), zap.Int("attempt", reapplied))
+			if err := talos.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
+				return fmt.Errorf("node %s: applying its machine config again after it fell back to maintenance mode: %w", name, err)
+			}
+			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
+		}
+	}
+}
+
+// configHash identifies a machine config in the record.
+func configHash(cfg []byte) string {
+	sum := sha256.Sum256(cfg)
+	return hex.EncodeToString(sum[:])
+}
+
+// firstControlPlane is the node etcd is bootstrapped on and the
+// kubeconfig is fetched from: the first node of the control-plane group.
+func firstControlPlane(t *tenant.Tenant) string {
+	for _, n := range t.Nodes() {
+		if n.Role == tenant.RoleControlPlane {
+			return n.Name
+		}
+	}
+	return ""
+}
+
 // appliedHash is the hash of the config a node was last given.
 func (ts *tstate) appliedHash(name string) string {
 	ts.mu.Lock()
@@ -565,8 +637,12 @@ func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, 
 	defer cancel()
 	for {
 		var waiting []string
-		for name, nr := range nodes {
-			st, err := talos.Status(ctx, e.endpoint(nr.Address), tc)
+		for name := range nodes {
+			t, ok := ts.target(name)
+			if !ok {
+				return fmt.Errorf("node %s has no address", name)
+			}
+			st, err := talos.Status(ctx, t, tc)
 			if err == nil {
 				ts.setNode(name, func(s *tenant.NodeStatus) {
 					s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
@@ -604,7 +680,7 @@ func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []stri
 	}
 	var errs []error
 	for _, n := range names {
-		ep, ok := ts.nodeAddress(n)
+		ep, ok := ts.target(n)
 		if !ok {
 			continue
 		}
@@ -742,19 +818,13 @@ func (e *Engine) removeTenantFiles(name string) {
 // bootstrap bootstraps etcd once (AlreadyExists counts as done).
 func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
 	e := ts.e
-	t, rec := ts.snapshot()
+	t, _ := ts.snapshot()
 	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
 	if err != nil || t == nil {
 		return "", fmt.Errorf("tenant %s is not provisioned: press Apply", ts.name)
 	}
-	var first string
-	for _, n := range t.Nodes() {
-		if r, ok := rec.Nodes[n.Name]; ok && n.Role == tenant.RoleControlPlane {
-			first = e.endpoint(r.Address)
-			break
-		}
-	}
-	if first == "" {
+	first, ok := ts.target(firstControlPlane(t))
+	if !ok {
 		return "", fmt.Errorf("tenant %s has no provisioned control plane", ts.name)
 	}
 	if err := talos.Bootstrap(ctx, first, tc); err != nil {
@@ -769,7 +839,7 @@ func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
 // reboot reboots one node.
 func (ts *tstate) reboot(ctx context.Context, node string) (string, error) {
 	e := ts.e
-	ep, ok := ts.nodeAddress(node)
+	ep, ok := ts.target(node)
 	if !ok {
 		return "", fmt.Errorf("node %s is not provisioned", node)
 	}

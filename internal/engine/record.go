@@ -41,10 +41,16 @@ type record struct {
 
 // nodeRecord is one applied node.
 type nodeRecord struct {
-	Address string      `json:"address"`
-	ID      string      `json:"id,omitempty"`
-	Group   string      `json:"group"`
-	Role    tenant.Role `json:"role"`
+	// Address is where the node is reached: a metal machine's address, a
+	// cloud node's public address, or its private address when it has no
+	// public one (then it is reached through a control plane, see route).
+	Address string `json:"address"`
+	// PrivateAddress is a cloud node's address in its network ("" for metal
+	// and for records written before it was kept).
+	PrivateAddress string      `json:"private_address,omitempty"`
+	ID             string      `json:"id,omitempty"`
+	Group          string      `json:"group"`
+	Role           tenant.Role `json:"role"`
 	// ConfigHash is the sha256 of the machine config the node was last
 	// given, so a changed config reaches running nodes too.
 	ConfigHash string `json:"config_hash,omitempty"`

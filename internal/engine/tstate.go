@@ -38,6 +38,7 @@ type tstate struct {
 	name  string
 	queue chan *operation
 
+	saveMu  sync.Mutex // serialises writes of the record (see saveRec)
 	mu      sync.Mutex
 	spec    *tenant.Tenant // the file as it is now; nil when removed (orphaned)
 	specRaw []byte
@@ -80,7 +81,8 @@ func newTState(e *Engine, name string, rec record) *tstate {
 		}
 	}
 	for n, r := range rec.Nodes {
-		ts.nodes[n] = tenant.NodeStatus{Stage: tenant.StageUnreachable, Address: r.Address, Role: r.Role, Group: r.Group}
+		ts.nodes[n] = tenant.NodeStatus{Stage: tenant.StageUnreachable, Address: r.Address, PrivateAddress: r.PrivateAddress,
+			Role: r.Role, Group: r.Group}
 	}
 	return ts
 }
@@ -203,17 +205,6 @@ func (ts *tstate) shownLocked() *tenant.Tenant {
 	return nil
 }
 
-// nodeAddress gives the Talos API endpoint of a provisioned node.
-func (ts *tstate) nodeAddress(node string) (string, bool) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	r, ok := ts.rec.Nodes[node]
-	if !ok || r.Address == "" {
-		return "", false
-	}
-	return ts.e.endpoint(r.Address), true
-}
-
 func (e *Engine) endpoint(address string) string {
 	return net.JoinHostPort(address, strconv.Itoa(e.opts.TalosPort))
 }
@@ -320,7 +311,7 @@ func pollKey(tenantName, node string) string { return tenantName + "/" + node }
 // updatePollTargets polls every provisioned node of every tenant that has
 // a talosconfig.
 func (e *Engine) updatePollTargets() {
-	targets := map[string]talos.Target{}
+	targets := map[string]talos.PollTarget{}
 	e.mu.Lock()
 	states := make([]*tstate, 0, len(e.ts))
 	for _, ts := range e.ts {
@@ -333,9 +324,9 @@ func (e *Engine) updatePollTargets() {
 			continue
 		}
 		ts.mu.Lock()
-		for n, r := range ts.rec.Nodes {
-			if r.Address != "" {
-				targets[pollKey(ts.name, n)] = talos.Target{Endpoint: e.endpoint(r.Address), Talosconfig: tc}
+		for n := range ts.rec.Nodes {
+			if t, ok := e.targetIn(ts.providerLocked(), ts.rec.Endpoint, ts.rec.Nodes, n); ok {
+				targets[pollKey(ts.name, n)] = talos.PollTarget{Target: t, Talosconfig: tc}
 			}
 		}
 		ts.mu.Unlock()
@@ -409,12 +400,11 @@ func (ts *tstate) run(op *operation) {
 	ts.cur, ts.stop = op.name, stop
 	ts.tofuTime = 0
 	ts.rec.Running = op.name
-	rec := ts.rec.clone()
 	opName := op.name
 	ts.status.Operation = &opName
 	ts.status.Progress = 0
 	ts.mu.Unlock()
-	if err := e.saveRecord(ts.name, rec); err != nil {
+	if err := ts.persist(); err != nil {
 		e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
 	}
 	ts.publish()
@@ -454,11 +444,10 @@ func (ts *tstate) run(op *operation) {
 		ts.status.Phase = tenant.PhaseFailed
 	}
 	ts.rec.Phase = ts.status.Phase
-	rec = ts.rec.clone()
 	forgotten := ts.forgotten
 	ts.mu.Unlock()
 	if !forgotten {
-		if err := e.saveRecord(ts.name, rec); err != nil {
+		if err := ts.persist(); err != nil {
 			e.log.Error("saving tenant record", zap.String("tenant", ts.name), zap.Error(err))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // fleet is 20 tenants × 10 nodes (1 control plane + 9 workers).
@@ -85,32 +87,88 @@ func BenchmarkStateChange(b *testing.B) {
 // BenchmarkRequestLatency: request published by a client → response
 // received by it (broker round trips included).
 func BenchmarkRequestLatency(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		nagle bool
+		busy  bool // tenant states change all the time, as during an apply
+	}{
+		{"broker=default", true, false},
+		{"broker=default/states_flowing", true, true},
+		{"broker=nodelay", false, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := testenv.StartMosquitto(b, testenv.MosquittoOptions{Nagle: bc.nagle})
+			br := startBridge(b, benchOptions(m.URL), newFakeCmd(), fleet())
+			if bc.busy {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go func() {
+					for i := 0; ctx.Err() == nil; i++ {
+						br.SetTenantStatus("t07", tenant.Status{Phase: tenant.PhaseProvisioning, Progress: i % 101})
+						_ = br.Sync(ctx)
+					}
+				}()
+			}
+			resp := make(chan []byte, 1)
+			c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(m.URL).SetClientID("bench-req"))
+			if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+				b.Fatal(tok.Error())
+			}
+			defer c.Disconnect(50)
+			if tok := c.Subscribe("rezuscloud/bridge/response/scale", 0, func(_ mqtt.Client, mm mqtt.Message) {
+				resp <- append([]byte(nil), mm.Payload()...)
+			}); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+				b.Fatal(tok.Error())
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tr := strconv.Itoa(i)
+				start := time.Now()
+				// QoS 0, as Home Assistant's mqtt.publish sends by default
+				c.Publish("rezuscloud/bridge/request/scale", 0, false,
+					`{"tenant":"t03","group":"workers","count":5,"transaction":`+tr+`}`)
+				select {
+				case p := <-resp:
+					if len(p) == 0 {
+						b.Fatal("empty response")
+					}
+				case <-time.After(5 * time.Second):
+					b.Fatal("no response")
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkStartAnnounce: a bridge starts over a broker that holds the
+// retained discovery of the fleet (a restart) until every device of 20
+// tenants × 10 nodes is announced and acknowledged.
+func BenchmarkStartAnnounce(b *testing.B) {
 	m := broker(b)
-	startBridge(b, benchOptions(m.URL), newFakeCmd(), fleet())
-	resp := make(chan []byte, 1)
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(m.URL).SetClientID("bench-req"))
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		b.Fatal(tok.Error())
-	}
-	defer c.Disconnect(50)
-	if tok := c.Subscribe("rezuscloud/bridge/response/scale", 1, func(_ mqtt.Client, mm mqtt.Message) {
-		resp <- append([]byte(nil), mm.Payload()...)
-	}); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		b.Fatal(tok.Error())
-	}
+	opts := fastOptions(m.URL)
+	opts.CleanupWindow = 3 * time.Second // the default: the marker ends the wait
+	startBridge(b, opts, newFakeCmd(), fleet()).Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tr := strconv.Itoa(i)
-		c.Publish("rezuscloud/bridge/request/scale", 1, false,
-			`{"tenant":"t03","group":"workers","count":5,"transaction":`+tr+`}`)
-		select {
-		case p := <-resp:
-			if len(p) == 0 {
-				b.Fatal("empty response")
-			}
-		case <-time.After(5 * time.Second):
-			b.Fatal("no response")
+		br := New(opts, newFakeCmd(), nil)
+		br.SetTenants(fleet())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := br.Start(ctx); err != nil {
+			b.Fatal(err)
 		}
+		if err := br.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		b.StopTimer()
+		br.Close()
+		b.StartTimer()
 	}
 }
 

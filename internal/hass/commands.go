@@ -77,6 +77,20 @@ func (b *Bridge) onMessage(_ mqtt.Client, m mqtt.Message) {
 		b.mu.Lock()
 		if b.scanning && m.Retained() {
 			b.scanned[topic] = payload
+			b.scanLast = time.Now()
+		}
+		b.mu.Unlock()
+		return
+	}
+	if topic == b.topics.instance() {
+		b.onInstance(payload)
+		return
+	}
+	if topic == b.topics.scanMark(b.instance) {
+		b.mu.Lock()
+		if b.scanMark != nil {
+			close(b.scanMark)
+			b.scanMark = nil
 		}
 		b.mu.Unlock()
 		return
@@ -131,7 +145,12 @@ func (b *Bridge) handleRequestMessage(action string, payload []byte) {
 	if !utf8.ValidString(action) || strings.ContainsAny(action, "+#\x00") {
 		return
 	}
-	b.client.Publish(b.topics.response(action), 1, false, p)
+	// QoS 0: a QoS 1 response makes the broker answer with a PUBACK, and
+	// a broker with Nagle's algorithm on (mosquitto's default, as Home
+	// Assistant's add-on ships it) then holds the next request it forwards
+	// to us until our delayed ACK of that PUBACK: ~40 ms per round trip.
+	// Responses are not retained and a requester waits with a time-out.
+	b.client.Publish(b.topics.response(action), 0, false, p)
 }
 
 // handleCommand routes an entity command by its topic.
@@ -147,11 +166,14 @@ func (b *Bridge) handleCommand(topic string, payload []byte) {
 		return
 	}
 	if len(payload) > MaxPayload {
-		warn("command payload too large; ignored", fmt.Errorf("%d bytes", len(payload)))
+		err := fmt.Errorf("command payload too large (%d bytes)", len(payload))
+		warn("command payload too large; ignored", err)
+		b.refuse(rt, err)
 		return
 	}
 	if !utf8.Valid(payload) {
 		warn("command payload is not UTF-8; ignored", nil)
+		b.refuse(rt, errors.New("command payload is not UTF-8"))
 		return
 	}
 	p := strings.TrimSpace(string(payload))
@@ -177,6 +199,7 @@ func (b *Bridge) handleCommand(topic string, payload []byte) {
 	}
 	if err != nil {
 		warn("command refused", err)
+		b.refuse(rt, err)
 		return
 	}
 	b.log.Info("command done", zap.String("topic", topic))
@@ -302,26 +325,29 @@ func pressDestroy(b *Bridge, ctx context.Context, r ref, p string) error {
 // availability topic: another program's (or another base's) retained
 // discovery is never touched.
 func (b *Bridge) scanStale(ctx context.Context) error {
+	b.mu.Lock()
+	b.scanMark = make(chan struct{})
+	b.mu.Unlock()
 	filter := b.topics.prefix + "/device/+/config"
 	b.mu.Lock()
 	b.scanning = true
 	b.scanned = map[string][]byte{}
 	b.filters[filter] = true
+	b.filters[b.topics.scanMark(b.instance)] = true
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
 		b.scanning = false
 		delete(b.filters, filter)
+		delete(b.filters, b.topics.scanMark(b.instance))
 		b.mu.Unlock()
 		_ = b.syncSubscriptions()
 	}()
 	if err := b.syncSubscriptions(); err != nil {
 		return err
 	}
-	select {
-	case <-time.After(b.opts.CleanupWindow):
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := b.awaitRetained(ctx); err != nil {
+		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -394,4 +420,43 @@ func (b *Bridge) ownedTopics(p []byte) ([]string, bool) {
 		}
 	}
 	return states, ours
+}
+
+// awaitRetained waits until the broker has sent the retained discovery of
+// the scan's subscription: it delivers retained messages right after the
+// SUBACK, before anything published later, so a marker published now and
+// received back means they are all in. Handlers run concurrently, so a
+// short quiet time follows. CleanupWindow bounds the whole wait (a broker
+// that drops the marker costs that long, nothing more).
+func (b *Bridge) awaitRetained(ctx context.Context) error {
+	deadline := time.NewTimer(b.opts.CleanupWindow)
+	defer deadline.Stop()
+	b.mu.Lock()
+	mark := b.scanMark
+	b.mu.Unlock()
+	tok := b.client.Publish(b.topics.scanMark(b.instance), 1, false, "scan")
+	select {
+	case <-mark:
+	case <-deadline.C:
+		b.log.Debug("start-up scan: no marker back in time", zap.Error(tok.Error()))
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	const quiet = 25 * time.Millisecond
+	for {
+		b.mu.Lock()
+		since := time.Since(b.scanLast)
+		b.mu.Unlock()
+		if since >= quiet {
+			return nil
+		}
+		select {
+		case <-time.After(quiet - since):
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

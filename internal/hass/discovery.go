@@ -80,7 +80,14 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant
 		"default_entity_id": e.platform + "." + slug(uid),
 		"name":              e.displayName(r.group),
 	}
-	if !e.stateOnAvailability {
+	switch {
+	case e.availableWhen != "":
+		c["availability"] = []map[string]any{
+			{"topic": b.topics.availability()},
+			{"topic": stateTopic, "value_template": "{{ 'online' if " + e.availableWhen + " else 'offline' }}"},
+		}
+		c["availability_mode"] = "all"
+	case !e.stateOnAvailability:
 		c["availability_topic"] = b.topics.availability()
 	}
 	set := func(k, v string) {

@@ -49,6 +49,11 @@ type entity struct {
 	stateOnAvailability bool
 	// eventTopic: the entity reads the (not retained) operation event topic.
 	eventTopic bool
+	// availableWhen, when set, is a Jinja expression over the device's
+	// state document: the entity is available only while it is true (and
+	// the bridge is online), so a dashboard grays out a command that would
+	// be refused.
+	availableWhen string
 
 	// perGroup: one component per node group (key and name get the group).
 	perGroup bool
@@ -86,7 +91,7 @@ var (
 	}
 	// LogLevels are the options of the bridge's log level select.
 	LogLevels   = []string{"debug", "info", "warn", "error"}
-	eventTypes  = []string{string(tenant.ResultStarted), string(tenant.ResultSucceeded), string(tenant.ResultFailed), string(tenant.ResultCancelled)}
+	eventTypes  = []string{string(tenant.ResultStarted), string(tenant.ResultSucceeded), string(tenant.ResultFailed), string(tenant.ResultCancelled), string(tenant.ResultRefused)}
 	onOffString = "{{ 'ON' if value_json.%s else 'OFF' }}"
 )
 
@@ -101,6 +106,9 @@ var entities = []entity{
 		stateClass: "measurement", icon: "mdi:progress-wrench", value: "value_json.operations"},
 	{kind: kindBridge, key: "tenants", platform: "sensor", name: "Clusters",
 		category: "diagnostic", stateClass: "measurement", icon: "mdi:server-network", value: "value_json.tenants"},
+	{kind: kindBridge, key: "problem", platform: "binary_sensor", name: "Problem",
+		category: "diagnostic", class: "problem", value: "value_json.problem",
+		attrs: "{'message': value_json.problem_message} | tojson"},
 	{kind: kindBridge, key: "version", platform: "sensor", name: "Version",
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.version", disabled: true},
 	{kind: kindBridge, key: "log_level", platform: "select", name: "Log level",
@@ -115,7 +123,8 @@ var entities = []entity{
 
 	// tenant
 	{kind: kindTenant, key: "phase", platform: "sensor", name: "Phase",
-		class: "enum", options: phaseOptions, icon: "mdi:kubernetes", value: "value_json.phase"},
+		class: "enum", options: phaseOptions, icon: "mdi:kubernetes", value: "value_json.phase",
+		attrs: "{'summary': value_json.summary} | tojson"},
 	{kind: kindTenant, key: "nodes_ready", platform: "sensor", name: "Nodes ready",
 		stateClass: "measurement", icon: "mdi:server", value: "value_json.nodes_ready"},
 	{kind: kindTenant, key: "nodes_total", platform: "sensor", name: "Nodes declared",
@@ -141,7 +150,8 @@ var entities = []entity{
 		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", set: setCount},
 	{kind: kindTenant, key: "apply", platform: "button", name: "Apply", icon: "mdi:play", action: ActionApply},
 	{kind: kindTenant, key: "plan", platform: "button", name: "Plan", icon: "mdi:clipboard-list", action: ActionPlan},
-	{kind: kindTenant, key: "cancel", platform: "button", name: "Cancel", icon: "mdi:stop", action: ActionCancel},
+	{kind: kindTenant, key: "cancel", platform: "button", name: "Cancel", icon: "mdi:stop", action: ActionCancel,
+		availableWhen: "value_json.operation"},
 	{kind: kindTenant, key: "auto_apply", platform: "switch", name: "Auto apply",
 		category: "config", icon: "mdi:auto-mode", value: "value_json.auto_apply",
 		topicSuffix: "auto_apply/set", set: setAutoApply},
@@ -149,7 +159,8 @@ var entities = []entity{
 		category: "config", icon: "mdi:shield-alert", value: "value_json.destroy_armed",
 		topicSuffix: "destroy_armed/set", set: setDestroyArmed},
 	{kind: kindTenant, key: "destroy", platform: "button", name: "Destroy",
-		icon: "mdi:delete-alert", set: pressDestroy},
+		category: "config", icon: "mdi:delete-alert", set: pressDestroy,
+		availableWhen: "value_json.destroy_armed"},
 
 	// node
 	{kind: kindNode, key: "stage", platform: "sensor", name: "Stage",
@@ -163,7 +174,7 @@ var entities = []entity{
 	{kind: kindNode, key: "talos_version", platform: "sensor", name: "Talos version",
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version", disabled: true},
 	{kind: kindNode, key: "reboot", platform: "button", name: "Reboot",
-		class: "restart", action: ActionReboot},
+		category: "config", class: "restart", action: ActionReboot},
 }
 
 // hasCommand reports whether the row takes commands.

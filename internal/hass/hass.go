@@ -9,7 +9,10 @@ package hass
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -62,6 +65,10 @@ type Options struct {
 	KeepAlive time.Duration
 	// TLSConfig overrides the TLS settings for ssl:// URLs.
 	TLSConfig *tls.Config
+	// OnRefused, when set, also gets the "refused" operation event of every
+	// refused entity command (the WebSocket link turns it into a persistent
+	// notification). It must not block.
+	OnRefused func(tenant.OperationEvent)
 }
 
 var baseRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -74,7 +81,10 @@ func (o *Options) defaults() error {
 		o.BaseTopic = "rezuscloud"
 	}
 	if o.ClientID == "" {
-		o.ClientID = "rezuscloud-" + o.BaseTopic
+		// unique per process: two instances on one broker must not knock
+		// each other off with the same client id (they are told apart on
+		// <base>/bridge/instance and the conflict is logged)
+		o.ClientID = "rezuscloud-" + o.BaseTopic + "-" + randomID()
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -151,6 +161,7 @@ type Bridge struct {
 	autoApply  map[string]bool
 	armed      map[string]*time.Timer
 	operations int
+	problem    string // what keeps the add-on from working ("" when nothing)
 	logLevel   string
 	discovery  map[string][]byte // desired retained discovery by topic
 	states     map[string][]byte // desired retained state by topic
@@ -159,6 +170,14 @@ type Bridge struct {
 	filters    map[string]bool   // subscription filters wanted
 	subscribed map[string]bool   // subscription filters active on this connection
 	birthTimer *time.Timer
+	events     [][]byte // operation events not yet sent (the broker may be away)
+	// instance is this process's id on <base>/bridge/instance; another id
+	// seen there is a second rezuscloud on the same base topic.
+	instance     string
+	otherSeen    time.Time     // last time another instance was reported
+	scanMark     chan struct{} // closed when the start-up scan's marker is back
+	scanLast     time.Time     // when the scan last got a retained message
+	instanceSent time.Time     // last time ours was sent in answer
 }
 
 type route struct {
@@ -194,6 +213,7 @@ func New(opts Options, cmd Commander, log *zap.Logger) *Bridge {
 		routes:     map[string]route{},
 		filters:    map[string]bool{},
 		subscribed: map[string]bool{},
+		instance:   randomID(),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.mu.Lock()
@@ -237,13 +257,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		SetBinaryWill(b.topics.availability(), []byte("offline"), 1, true).
 		SetDefaultPublishHandler(b.onMessage).
 		SetOnConnectHandler(func(mqtt.Client) { go b.onConnect() }).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			b.mu.Lock()
-			b.connected = false
-			b.subscribed = map[string]bool{}
-			b.mu.Unlock()
-			b.log.Warn("mqtt connection lost; reconnecting", zap.Error(err))
-		})
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { b.onConnectionLost(err) })
 	if b.opts.TLSConfig != nil {
 		o.SetTLSConfig(b.opts.TLSConfig)
 	} else {
@@ -338,6 +352,72 @@ func (b *Bridge) Close() {
 	}
 }
 
+// onConnectionLost marks the bridge disconnected. paho runs this handler in
+// a goroutine of its own: it can arrive after the reconnection that
+// followed (under load), and must not then mark a live connection down, or
+// every later sync, a birth's republish included, would wait for a
+// reconnect that never comes.
+func (b *Bridge) onConnectionLost(err error) {
+	b.mu.Lock()
+	if b.client != nil && b.client.IsConnectionOpen() && b.connected {
+		b.mu.Unlock()
+		b.log.Info("mqtt: a late connection-lost notice for a connection already replaced", zap.Error(err))
+		return
+	}
+	b.connected = false
+	b.subscribed = map[string]bool{}
+	b.mu.Unlock()
+	b.log.Warn("mqtt connection lost; reconnecting", zap.Error(err))
+}
+
+// onInstance handles a message on <base>/bridge/instance: another id there
+// is a second rezuscloud using the same base topic, which makes both
+// publish over each other's devices. It is logged (once a minute) and
+// answered with our id (at most every 10 s) so the other one logs it too.
+func (b *Bridge) onInstance(payload []byte) {
+	var doc struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(payload, &doc) != nil || doc.ID == "" {
+		return
+	}
+	b.mu.Lock()
+	if doc.ID == b.instance || b.closed {
+		b.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	logIt := now.Sub(b.otherSeen) >= time.Minute
+	if logIt {
+		b.otherSeen = now
+	}
+	answer := now.Sub(b.instanceSent) >= 10*time.Second
+	if answer {
+		b.instanceSent = now
+	}
+	b.mu.Unlock()
+	if logIt {
+		b.log.Error("another rezuscloud uses the same MQTT base topic: each instance needs its own base_topic, or they overwrite each other's devices",
+			zap.String("base", b.opts.BaseTopic), zap.String("other_instance", doc.ID), zap.String("this_instance", b.instance))
+	}
+	if answer {
+		b.announceInstance()
+	}
+}
+
+// announceInstance publishes this process's instance id (not retained).
+func (b *Bridge) announceInstance() {
+	p, _ := json.Marshal(map[string]string{"id": b.instance})
+	b.client.Publish(b.topics.instance(), 0, false, p)
+}
+
+// randomID is 8 random hex digits.
+func randomID() string {
+	var r [4]byte
+	_, _ = crand.Read(r[:])
+	return hex.EncodeToString(r[:])
+}
+
 // onConnect runs after every (re)connection: online, subscriptions, and a
 // full republish (the broker may have lost its retained messages).
 func (b *Bridge) onConnect() {
@@ -357,6 +437,7 @@ func (b *Bridge) onConnect() {
 	b.force = true
 	b.mu.Unlock()
 	b.log.Info("mqtt connected")
+	b.announceInstance()
 	b.firstOnce.Do(func() { close(b.firstConn) })
 	b.trigger()
 }
@@ -556,6 +637,9 @@ func (b *Bridge) syncOnce() error {
 	send(clear)
 	send(disc)
 	send(state)
+	if err := b.sendEvents(); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	if len(clear)+len(disc)+len(state) > 0 {
 		b.log.Debug("mqtt sync", zap.Int("cleared", len(clear)), zap.Int("discovery", len(disc)),
 			zap.Int("state", len(state)), zap.Bool("full", force))

@@ -2,6 +2,7 @@ package hass
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,11 @@ type topics struct {
 
 func (t topics) availability() string { return t.base + "/bridge/availability" }
 func (t topics) event() string        { return t.base + "/bridge/event" }
-func (t topics) birth() string        { return t.prefix + "/status" }
+func (t topics) instance() string     { return t.base + "/bridge/instance" }
+
+// scanMark is where the start-up scan's marker goes (one topic per process).
+func (t topics) scanMark(instance string) string { return t.base + "/bridge/scan/" + instance }
+func (t topics) birth() string                   { return t.prefix + "/status" }
 func (t topics) request(a string) string {
 	return t.base + "/bridge/request/" + a
 }
@@ -81,7 +86,7 @@ func (b *Bridge) rebuildLocked() {
 	disc := make(map[string][]byte, len(b.discovery))
 	states := make(map[string][]byte, len(b.states))
 	routes := make(map[string]route, len(b.routes))
-	filters := map[string]bool{b.topics.birth(): true, b.topics.request("+"): true}
+	filters := map[string]bool{b.topics.birth(): true, b.topics.request("+"): true, b.topics.instance(): true}
 
 	add := func(k kind, r ref, t *tenant.Tenant, n *tenant.Node) {
 		disc[b.topics.discovery(k, r)] = b.discoveryPayload(k, r, t, n)
@@ -133,6 +138,7 @@ func (b *Bridge) rebuildLocked() {
 	}
 	if b.scanning {
 		filters[b.topics.prefix+"/device/+/config"] = true
+		filters[b.topics.scanMark(b.instance)] = true
 	}
 	b.discovery, b.states, b.routes, b.filters = disc, states, routes, filters
 }
@@ -247,6 +253,16 @@ func (b *Bridge) SetBridgeStatus(operations int) {
 	b.trigger()
 }
 
+// SetBridgeProblem shows what keeps the add-on itself from working (the
+// bridge's Problem entity, its message as an attribute); "" clears it.
+func (b *Bridge) SetBridgeProblem(msg string) {
+	b.mu.Lock()
+	b.problem = msg
+	b.refreshStateLocked(kindBridge, ref{})
+	b.mu.Unlock()
+	b.trigger()
+}
+
 // PublishOperation fires the bridge's operation event entity (not retained).
 func (b *Bridge) PublishOperation(ev tenant.OperationEvent) {
 	doc := struct {
@@ -267,12 +283,41 @@ func (b *Bridge) PublishOperation(ev tenant.OperationEvent) {
 	}
 	p, _ := json.Marshal(doc)
 	b.mu.Lock()
-	ok := b.connected && b.client != nil
-	b.mu.Unlock()
-	if !ok {
-		return
+	if len(b.events) >= maxQueuedEvents {
+		b.log.Warn("operation events queued while the broker is away: dropping the oldest", zap.Int("queued", len(b.events)))
+		b.events = b.events[1:]
 	}
-	b.client.Publish(b.topics.event(), 1, false, p)
+	b.events = append(b.events, p)
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// maxQueuedEvents bounds the operation events kept while the broker is
+// away; they are sent, in order, once it is back.
+const maxQueuedEvents = 256
+
+// sendEvents publishes the queued operation events in order; what the
+// broker did not acknowledge stays queued for the next connection.
+func (b *Bridge) sendEvents() error {
+	b.mu.Lock()
+	evs := b.events
+	b.mu.Unlock()
+	for i, p := range evs {
+		if !b.client.IsConnectionOpen() {
+			return errNotReady
+		}
+		tok := b.client.Publish(b.topics.event(), 1, false, p)
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			b.mu.Lock()
+			b.events = b.events[i:]
+			b.mu.Unlock()
+			return errors.Join(errors.New("publish operation event failed"), tok.Error())
+		}
+	}
+	b.mu.Lock()
+	b.events = b.events[len(evs):]
+	b.mu.Unlock()
+	return nil
 }
 
 // isoTime is ISO 8601 with a numeric offset ("+00:00" for UTC).
@@ -286,10 +331,12 @@ func isoTime(t time.Time) string {
 // State documents.
 
 type bridgeDoc struct {
-	Version    string `json:"version"`
-	Operations int    `json:"operations"`
-	Tenants    int    `json:"tenants"`
-	LogLevel   string `json:"log_level"`
+	Version        string `json:"version"`
+	Operations     int    `json:"operations"`
+	Tenants        int    `json:"tenants"`
+	LogLevel       string `json:"log_level"`
+	Problem        bool   `json:"problem"`
+	ProblemMessage string `json:"problem_message"`
 }
 
 type lastOpDoc struct {
@@ -314,15 +361,17 @@ type tenantDoc struct {
 	AutoApply         bool           `json:"auto_apply"`
 	DestroyArmed      bool           `json:"destroy_armed"`
 	Counts            map[string]int `json:"counts"`
+	Summary           string         `json:"summary"` // one spoken sentence (tenant.Summary)
 }
 
 type nodeDoc struct {
-	Stage        tenant.Stage `json:"stage"`
-	Ready        bool         `json:"ready"`
-	Address      *string      `json:"address"`
-	Role         tenant.Role  `json:"role"`
-	Group        string       `json:"group"`
-	TalosVersion *string      `json:"talos_version"`
+	Stage          tenant.Stage `json:"stage"`
+	Ready          bool         `json:"ready"`
+	Address        *string      `json:"address"`
+	PrivateAddress *string      `json:"private_address"`
+	Role           tenant.Role  `json:"role"`
+	Group          string       `json:"group"`
+	TalosVersion   *string      `json:"talos_version"`
 }
 
 func strOrNil(s string) *string {
@@ -337,7 +386,8 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 	var v any
 	switch k {
 	case kindBridge:
-		v = bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel}
+		v = bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel,
+			Problem: b.problem != "", ProblemMessage: b.problem}
 	case kindTenant:
 		st, ok := b.tstatus[r.tenant]
 		if !ok {
@@ -368,6 +418,9 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		for _, g := range t.NodeGroups {
 			d.Counts[g.Name] = g.Count
 		}
+		d.Summary = tenant.Summary(tenant.Status{Phase: d.Phase, NodesReady: d.NodesReady, NodesTotal: d.NodesTotal,
+			Progress: d.Progress, Pending: d.Pending, Operation: d.Operation, LastOperation: st.LastOperation,
+			Problem: d.Problem, TalosVersion: d.TalosVersion})
 		v = d
 	case kindNode:
 		n, _ := t.Node(r.node)
@@ -387,8 +440,8 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		if ns.Group == "" {
 			ns.Group = n.Group
 		}
-		v = nodeDoc{Stage: ns.Stage, Ready: ns.Ready, Address: strOrNil(ns.Address), Role: ns.Role,
-			Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion)}
+		v = nodeDoc{Stage: ns.Stage, Ready: ns.Ready, Address: strOrNil(ns.Address), PrivateAddress: strOrNil(ns.PrivateAddress),
+			Role: ns.Role, Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion)}
 	}
 	p, _ := json.Marshal(v)
 	return p

@@ -3,6 +3,7 @@ package talos_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,55 +45,64 @@ func BenchmarkNodeConfigWithSecrets(b *testing.B) {
 	}
 }
 
-// BenchmarkPollCycle100 is one status poll cycle over 100 simulated nodes
-// (running, mTLS), with the default concurrency of 8.
+// BenchmarkPollCycle100 is one status poll cycle over 100 running
+// simulated nodes (mTLS), with the default concurrency of 8: direct (every
+// node dialled at its own address) and routed (one control plane at its
+// public address, 99 workers through it). conns/op counts the new
+// connections the nodes accepted per cycle: the poller keeps its
+// connections, so it is 0.
 func BenchmarkPollCycle100(b *testing.B) {
 	const nodes = 100
-	hosts := loopbackHosts(nodes)
-	tn := metalTenant("big", hosts, 1, nodes-1)
-	addrs := make([]string, nodes)
-	for i, h := range hosts {
-		addrs[i] = h + ":0"
-	}
-	cl, err := simnode.StartCluster(context.Background(), addrs, simnode.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	cfgs, err := talos.GenerateConfigs(tn, sharedBundle(b), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	targets := map[string]talos.Target{}
-	for i, n := range tn.Nodes() {
-		if err := talos.ApplyMaintenance(ctx, cl.Nodes[i].Addr(), cfgs.Nodes[n.Name]); err != nil {
-			b.Fatal(err)
+	for _, routed := range []bool{false, true} {
+		name := "direct"
+		if routed {
+			name = "routed"
 		}
-		targets[n.Name] = talos.Target{Endpoint: cl.Nodes[i].Addr(), Talosconfig: cfgs.Talosconfig}
-	}
-	for _, nd := range cl.Nodes {
-		if _, err := talos.WaitSecure(ctx, nd.Addr(), cfgs.Talosconfig); err != nil {
-			b.Fatal(err)
-		}
-	}
-	changes := 0
-	p := talos.NewPoller(talos.PollerOptions{OnChange: func(string, talos.NodeState) { changes++ }})
-	p.SetTargets(targets)
-	p.PollOnce(ctx)
-	if changes != nodes {
-		b.Fatalf("first cycle reported %d nodes, want %d", changes, nodes)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		p.PollOnce(ctx)
-	}
-	b.StopTimer()
-	for name := range targets {
-		if st, _ := p.State(name); st.Stage != "running" {
-			b.Fatal(fmt.Sprintf("%s: %+v", name, st))
-		}
+		b.Run(name, func(b *testing.B) {
+			c := startCloud(b, 1, nodes-1, simnode.Options{})
+			targets := c.targets()
+			if !routed {
+				all := append(append([]*simnode.Node(nil), c.cps...), c.workers...)
+				for i, n := range c.tn.Nodes() {
+					targets[n.Name] = talos.PollTarget{Target: talos.Direct(all[i].Addr()), Talosconfig: c.cfgs.Talosconfig}
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			for _, t := range targets {
+				if _, err := talos.WaitSecure(ctx, t.Target, t.Talosconfig); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var changes atomic.Int32
+			p := talos.NewPoller(talos.PollerOptions{OnChange: func(string, talos.NodeState) { changes.Add(1) }})
+			defer p.Close()
+			p.SetTargets(targets)
+			p.PollOnce(ctx)
+			if got := changes.Load(); got != nodes {
+				b.Fatalf("first cycle reported %d nodes, want %d", got, nodes)
+			}
+			conns := func() int {
+				sum := 0
+				for _, n := range append(append([]*simnode.Node(nil), c.cps...), c.workers...) {
+					k := n.Calls()
+					sum += k.DirectPrivate + k.DirectPublic
+				}
+				return sum
+			}
+			before := conns()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				p.PollOnce(ctx)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(conns()-before)/float64(b.N), "conns/op")
+			for name := range targets {
+				if st, _ := p.State(name); st.Stage != "running" {
+					b.Fatal(fmt.Sprintf("%s: %+v", name, st))
+				}
+			}
+		})
 	}
 }

@@ -20,7 +20,8 @@ import (
 
 // Node endpoints are "host:port" (production: port 50000, the apid port; a
 // bare host gets 50000 added by the client). talosconfig is the tenant's
-// talosconfig (bytes of Talosconfig); its own endpoints are ignored.
+// talosconfig (bytes of Talosconfig); its own endpoints are ignored: the
+// Target of each call says what is dialled.
 
 // secureClient is an mTLS client for one node from a talosconfig.
 func secureClient(ctx context.Context, endpoint string, talosconfig []byte) (*client.Client, error) {
@@ -48,13 +49,14 @@ func maintenanceClient(ctx context.Context, endpoint string) (*client.Client, er
 	return c, nil
 }
 
-func withSecure(ctx context.Context, endpoint string, talosconfig []byte, fn func(*client.Client) error) error {
-	c, err := secureClient(ctx, endpoint, talosconfig)
-	if err != nil {
-		return err
+// withSecure runs fn over mTLS against t (one-shot clients), from the
+// endpoint index from on; it returns the index of the endpoint that
+// answered last.
+func withSecure(ctx context.Context, t Target, from int, talosconfig []byte, fn func(context.Context, *client.Client) error) (int, error) {
+	if talosconfig == nil {
+		talosconfig = []byte{} // nil would mean the maintenance client
 	}
-	defer c.Close() //nolint:errcheck
-	return fn(c)
+	return t.call(ctx, oneShot{}, from, talosconfig, fn)
 }
 
 // ApplyMaintenance applies a machine config to a node in maintenance mode
@@ -72,10 +74,11 @@ func ApplyMaintenance(ctx context.Context, endpoint string, cfg []byte) error {
 
 // ApplyConfig applies a machine config to a configured node over mTLS (mode
 // AUTO: the node reboots only when the change needs it).
-func ApplyConfig(ctx context.Context, endpoint string, talosconfig, cfg []byte) error {
-	return withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
-		return apply(ctx, c, endpoint, cfg, machine.ApplyConfigurationRequest_AUTO)
+func ApplyConfig(ctx context.Context, t Target, talosconfig, cfg []byte) error {
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error {
+		return apply(ctx, c, t.String(), cfg, machine.ApplyConfigurationRequest_AUTO)
 	})
+	return err
 }
 
 // ErrConfigRejected marks a machine config the node refused as invalid.
@@ -125,11 +128,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // WaitSecure waits until the node answers the mTLS API (Version) with the
 // tenant's credentials, retrying with backoff until ctx ends. It returns the
 // node's Talos version.
-func WaitSecure(ctx context.Context, endpoint string, talosconfig []byte) (string, error) {
+func WaitSecure(ctx context.Context, t Target, talosconfig []byte) (string, error) {
 	var last error
+	from := 0
 	for attempt := 0; ; attempt++ {
 		var tag string
-		err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		var err error
+		from, err = withSecure(ctx, t, from, talosconfig, func(ctx context.Context, c *client.Client) error {
 			v, err := c.Version(ctx)
 			if err != nil {
 				return err
@@ -140,12 +145,12 @@ func WaitSecure(ctx context.Context, endpoint string, talosconfig []byte) (strin
 		if err == nil {
 			return tag, nil
 		}
-		if isConfigError(err) {
+		if isConfigError(err) || t.check() != nil {
 			return "", err
 		}
 		last = err
 		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
-			return "", fmt.Errorf("waiting for the secure Talos API of %s: %w (last error: %s)", endpoint, serr, short(last))
+			return "", fmt.Errorf("waiting for the secure Talos API of %s: %w (last error: %s)", t, serr, short(last))
 		}
 	}
 }
@@ -154,41 +159,43 @@ func WaitSecure(ctx context.Context, endpoint string, talosconfig []byte) (strin
 // control plane of a cluster only. AlreadyExists counts as success;
 // FailedPrecondition and Unavailable (the node is not ready yet) are retried
 // with backoff until ctx ends.
-func Bootstrap(ctx context.Context, endpoint string, talosconfig []byte) error {
+func Bootstrap(ctx context.Context, t Target, talosconfig []byte) error {
 	var last error
+	from := 0
 	for attempt := 0; ; attempt++ {
-		err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+		var err error
+		from, err = withSecure(ctx, t, from, talosconfig, func(ctx context.Context, c *client.Client) error {
 			return c.Bootstrap(ctx, &machine.BootstrapRequest{})
 		})
 		switch code := client.StatusCode(err); {
 		case err == nil, code == codes.AlreadyExists:
 			return nil
-		case isConfigError(err):
+		case isConfigError(err), t.check() != nil:
 			return err
 		case code == codes.FailedPrecondition, code == codes.Unavailable, code == codes.DeadlineExceeded:
 			last = err
 		default:
-			return fmt.Errorf("bootstrap %s: %w", endpoint, err)
+			return fmt.Errorf("bootstrap %s: %w", t, err)
 		}
 		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
-			return fmt.Errorf("bootstrap %s: %w (last error: %s)", endpoint, serr, short(last))
+			return fmt.Errorf("bootstrap %s: %w (last error: %s)", t, serr, short(last))
 		}
 	}
 }
 
 // Kubeconfig fetches the admin kubeconfig from a control-plane node.
-func Kubeconfig(ctx context.Context, endpoint string, talosconfig []byte) ([]byte, error) {
+func Kubeconfig(ctx context.Context, t Target, talosconfig []byte) ([]byte, error) {
 	var kc []byte
-	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error {
 		var err error
 		kc, err = c.Kubeconfig(ctx)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig from %s: %w", endpoint, err)
+		return nil, fmt.Errorf("kubeconfig from %s: %w", t, err)
 	}
 	if len(kc) == 0 {
-		return nil, fmt.Errorf("kubeconfig from %s: empty", endpoint)
+		return nil, fmt.Errorf("kubeconfig from %s: empty", t)
 	}
 	return kc, nil
 }
@@ -197,10 +204,10 @@ func Kubeconfig(ctx context.Context, endpoint string, talosconfig []byte) ([]byt
 func SaveKubeconfig(path string, data []byte) error { return WriteFileAtomic(path, data) }
 
 // Reboot reboots a configured node.
-func Reboot(ctx context.Context, endpoint string, talosconfig []byte) error {
-	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error { return c.Reboot(ctx) })
+func Reboot(ctx context.Context, t Target, talosconfig []byte) error {
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error { return c.Reboot(ctx) })
 	if err != nil {
-		return fmt.Errorf("reboot %s: %w", endpoint, err)
+		return fmt.Errorf("reboot %s: %w", t, err)
 	}
 	return nil
 }
@@ -220,8 +227,8 @@ type ResetOptions struct {
 // Reset wipes a node's STATE and EPHEMERAL partitions and reboots it, so
 // that it comes back in maintenance mode without a config, or halts it. A
 // node already in maintenance mode counts as reset.
-func Reset(ctx context.Context, endpoint string, talosconfig []byte, opts ResetOptions) error {
-	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+func Reset(ctx context.Context, t Target, talosconfig []byte, opts ResetOptions) error {
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error {
 		return c.ResetGeneric(ctx, &machine.ResetRequest{
 			Graceful: opts.Graceful,
 			Reboot:   !opts.Halt,
@@ -234,10 +241,10 @@ func Reset(ctx context.Context, endpoint string, talosconfig []byte, opts ResetO
 	if err == nil {
 		return nil
 	}
-	if st, serr := Status(ctx, endpoint, talosconfig); serr == nil && st.Stage == tenant.StageMaintenance {
+	if st, serr := Status(ctx, t, talosconfig); serr == nil && st.Stage == tenant.StageMaintenance {
 		return nil
 	}
-	return fmt.Errorf("reset %s: %w", endpoint, err)
+	return fmt.Errorf("reset %s: %w", t, err)
 }
 
 // isConfigError reports errors that retrying cannot fix (a bad talosconfig).

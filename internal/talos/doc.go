@@ -11,16 +11,26 @@
 // (tenant strategic-merge patches, a HostnameConfig document per node, the
 // machine's install disk), validated strictly and encoded without comments.
 //
-// Operations take a node endpoint "host:port" (port 50000 on real nodes)
-// and the tenant's talosconfig. ApplyMaintenance talks to nodes in
-// maintenance mode (insecure TLS, like talosctl --insecure); everything else
-// uses mTLS. Bootstrap and WaitSecure retry with backoff until their
+// Operations take a Target and the tenant's talosconfig. A Target is
+// Direct (the node's own "host:port", port 50000 on real nodes: metal, and
+// nodes with an address of their own) or a Route: control-plane endpoints
+// in order of preference plus the node's private IP, named in every request
+// (client.WithNode) so that the control plane's apid forwards it, as
+// `talosctl -e <endpoint> -n <ip>` does (DESIGN.md §10.1). An endpoint that
+// does not answer passes the call to the next; an error the control plane
+// answers for the routed node does not. ApplyMaintenance talks to nodes in
+// maintenance mode directly (insecure TLS, like talosctl --insecure;
+// maintenance has no routing); everything else uses mTLS. Bootstrap and WaitSecure retry with backoff until their
 // context ends. Status maps the MachineStatus resource to the node stages
 // of DESIGN.md §4: a node that does not answer is in stage unreachable (not
 // an error), and Ready only ever holds in stage running.
 //
 // Poller polls many nodes with bounded concurrency, a time limit per poll
 // and exponential backoff for unreachable nodes, and reports only changes.
+// It keeps one connection per endpoint and credentials between polls
+// (shared by every node routed through that endpoint), remembers per node
+// which endpoint answered, and drops a connection when it breaks or no
+// target uses it any more.
 //
 // Package simnode provides simulated nodes that speak the same API.
 package talos

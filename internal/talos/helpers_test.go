@@ -40,7 +40,10 @@ func loopbackHosts(n int) []string {
 	out := make([]string, n)
 	for i := range out {
 		v := base + hostSeq.Add(1)
-		out[i] = fmt.Sprintf("127.%d.%d.%d", v>>16&0xff, v>>8&0xff, v&0xff|1)
+		for v&0xff == 0 { // no .0 host
+			v = base + hostSeq.Add(1)
+		}
+		out[i] = fmt.Sprintf("127.%d.%d.%d", v>>16&0xff, v>>8&0xff, v&0xff)
 	}
 	return out
 }

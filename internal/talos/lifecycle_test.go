@@ -106,9 +106,9 @@ func TestTenantLifecycle(t *testing.T) {
 	rec := &recorder{}
 	p := talos.NewPoller(talos.PollerOptions{Interval: 10 * time.Millisecond, Timeout: time.Second,
 		Concurrency: 2, MaxBackoff: 40 * time.Millisecond, OnChange: rec.record})
-	targets := map[string]talos.Target{}
+	targets := map[string]talos.PollTarget{}
 	for name, ep := range eps {
-		targets[name] = talos.Target{Endpoint: ep, Talosconfig: cfgs.Talosconfig}
+		targets[name] = talos.PollTarget{Target: talos.Direct(ep), Talosconfig: cfgs.Talosconfig}
 	}
 	p.SetTargets(targets)
 	pctx, pcancel := context.WithCancel(ctx)
@@ -136,7 +136,7 @@ func TestTenantLifecycle(t *testing.T) {
 	}
 	t.Logf("%v applied", time.Since(t0))
 	for _, n := range nodes {
-		v, err := talos.WaitSecure(ctx, eps[n.Name], cfgs.Talosconfig)
+		v, err := talos.WaitSecure(ctx, talos.Direct(eps[n.Name]), cfgs.Talosconfig)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,14 +147,14 @@ func TestTenantLifecycle(t *testing.T) {
 	t.Logf("%v secure", time.Since(t0))
 	// The engine bootstraps the first control plane; a second call (a
 	// retried operation, or on another control plane) is harmless.
-	if err := talos.Bootstrap(ctx, eps[nodes[0].Name], cfgs.Talosconfig); err != nil {
+	if err := talos.Bootstrap(ctx, talos.Direct(eps[nodes[0].Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
-	if err := talos.Bootstrap(ctx, eps[nodes[1].Name], cfgs.Talosconfig); err != nil {
+	if err := talos.Bootstrap(ctx, talos.Direct(eps[nodes[1].Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%v bootstrapped", time.Since(t0))
-	kc, err := talos.Kubeconfig(ctx, eps[nodes[0].Name], cfgs.Talosconfig)
+	kc, err := talos.Kubeconfig(ctx, talos.Direct(eps[nodes[0].Name]), cfgs.Talosconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,32 +227,32 @@ func TestWorkerAndResetFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "worker down", func() bool {
-		st, err := talos.Status(ctx, eps[wk.Name], cfgs.Talosconfig)
+		st, err := talos.Status(ctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig)
 		return err == nil && st.Stage == tenant.StageUnreachable
 	})
 	// ... and it stays down: no secure API without its control plane.
-	if st, err := talos.Status(ctx, eps[wk.Name], cfgs.Talosconfig); err != nil || st.Stage != tenant.StageUnreachable {
+	if st, err := talos.Status(ctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig); err != nil || st.Stage != tenant.StageUnreachable {
 		t.Errorf("worker without control plane: %+v %v", st, err)
 	}
 	if err := talos.ApplyMaintenance(ctx, eps[cp.Name], cfgs.Nodes[cp.Name]); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []tenant.Node{cp, wk} {
-		if _, err := talos.WaitSecure(ctx, eps[n.Name], cfgs.Talosconfig); err != nil {
+		if _, err := talos.WaitSecure(ctx, talos.Direct(eps[n.Name]), cfgs.Talosconfig); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Workers cannot bootstrap nor hand out a kubeconfig.
 	bctx, bcancel := context.WithTimeout(ctx, time.Second)
-	err := talos.Bootstrap(bctx, eps[wk.Name], cfgs.Talosconfig)
+	err := talos.Bootstrap(bctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig)
 	bcancel()
 	if err == nil || !strings.Contains(err.Error(), "Unimplemented") {
 		t.Errorf("bootstrap on worker: %v", err)
 	}
-	if _, err := talos.Kubeconfig(ctx, eps[wk.Name], cfgs.Talosconfig); err == nil {
+	if _, err := talos.Kubeconfig(ctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig); err == nil {
 		t.Error("kubeconfig from worker: want error")
 	}
-	if err := talos.Bootstrap(ctx, eps[cp.Name], cfgs.Talosconfig); err != nil {
+	if err := talos.Bootstrap(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	for i := range cl.Nodes {
@@ -262,10 +262,10 @@ func TestWorkerAndResetFlow(t *testing.T) {
 	}
 
 	// Reboot: rebooting, unreachable, booting, running again.
-	if err := talos.Reboot(ctx, eps[cp.Name], cfgs.Talosconfig); err != nil {
+	if err := talos.Reboot(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := talos.Status(ctx, eps[cp.Name], cfgs.Talosconfig); st.Stage != tenant.StageRebooting && st.Stage != tenant.StageUnreachable {
+	if st, _ := talos.Status(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig); st.Stage != tenant.StageRebooting && st.Stage != tenant.StageUnreachable {
 		t.Errorf("after reboot: %+v", st)
 	}
 	if err := cl.Nodes[0].WaitStage(ctx, runtime.MachineStageRunning, true); err != nil {
@@ -274,10 +274,10 @@ func TestWorkerAndResetFlow(t *testing.T) {
 
 	// Graceful reset of the worker (scale down), non-graceful of the control
 	// plane (destroy): both back in maintenance, configurable again.
-	if err := talos.Reset(ctx, eps[wk.Name], cfgs.Talosconfig, talos.ResetOptions{Graceful: true}); err != nil {
+	if err := talos.Reset(ctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig, talos.ResetOptions{Graceful: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
+	if err := talos.Reset(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range cl.Nodes {
@@ -291,22 +291,22 @@ func TestWorkerAndResetFlow(t *testing.T) {
 	if c := cl.Nodes[1].Calls(); c.Reset != 1 || c.ResetGraceful != 1 {
 		t.Errorf("worker reset calls %+v", c)
 	}
-	st, err := talos.Status(ctx, eps[cp.Name], cfgs.Talosconfig)
+	st, err := talos.Status(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig)
 	if err != nil || st.Stage != tenant.StageMaintenance {
 		t.Errorf("after reset: %+v %v", st, err)
 	}
 	// Resetting a node in maintenance is a no-op.
-	if err := talos.Reset(ctx, eps[cp.Name], cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
+	if err := talos.Reset(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig, talos.ResetOptions{}); err != nil {
 		t.Errorf("reset in maintenance: %v", err)
 	}
 	// A fresh cluster: apply and bootstrap again.
 	if err := talos.ApplyMaintenance(ctx, eps[cp.Name], cfgs.Nodes[cp.Name]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := talos.WaitSecure(ctx, eps[cp.Name], cfgs.Talosconfig); err != nil {
+	if _, err := talos.WaitSecure(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
-	if err := talos.Bootstrap(ctx, eps[cp.Name], cfgs.Talosconfig); err != nil {
+	if err := talos.Bootstrap(ctx, talos.Direct(eps[cp.Name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	if got := cl.Nodes[0].Calls().Bootstrapped; got != 2 {
@@ -330,18 +330,18 @@ func TestInvalidConfigRejected(t *testing.T) {
 	if c := cl.Nodes[0].Calls(); c.Apply != 2 || c.ApplyRejected != 2 {
 		t.Errorf("calls %+v", c)
 	}
-	st, err := talos.Status(ctx, ep, cfgs.Talosconfig)
+	st, err := talos.Status(ctx, talos.Direct(ep), cfgs.Talosconfig)
 	if err != nil || st.Stage != tenant.StageMaintenance || st.Ready {
 		t.Errorf("after rejected apply: %+v %v", st, err)
 	}
 	// Without a talosconfig, only maintenance mode can be read.
-	if st, err := talos.Status(ctx, ep, nil); err != nil || st.Stage != tenant.StageMaintenance {
+	if st, err := talos.Status(ctx, talos.Direct(ep), nil); err != nil || st.Stage != tenant.StageMaintenance {
 		t.Errorf("status without talosconfig: %+v %v", st, err)
 	}
 	// Maintenance mode is read-only: bootstrap is refused, not retried.
 	for name := range eps {
 		bctx, bcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err := talos.Bootstrap(bctx, eps[name], cfgs.Talosconfig)
+		err := talos.Bootstrap(bctx, talos.Direct(eps[name]), cfgs.Talosconfig)
 		bcancel()
 		if err == nil {
 			t.Error("bootstrap in maintenance: want error")
@@ -368,12 +368,12 @@ func TestUnreachableBackoff(t *testing.T) {
 	p := talos.NewPoller(talos.PollerOptions{
 		Interval: 20 * time.Millisecond, MaxBackoff: 320 * time.Millisecond, Timeout: time.Second,
 		OnChange: rec.record,
-		Status: func(ctx context.Context, ep string, tc []byte) (talos.NodeState, error) {
+		Status: func(ctx context.Context, tg talos.Target, tc []byte) (talos.NodeState, error) {
 			attempts.Add(1)
-			return talos.Status(ctx, ep, tc)
+			return talos.Status(ctx, tg, tc)
 		},
 	})
-	p.SetTargets(map[string]talos.Target{name: {Endpoint: eps[name], Talosconfig: cfgs.Talosconfig}})
+	p.SetTargets(map[string]talos.PollTarget{name: {Target: talos.Direct(eps[name]), Talosconfig: cfgs.Talosconfig}})
 	pctx, pcancel := context.WithCancel(ctx)
 	defer pcancel()
 	go p.Run(pctx)
@@ -426,7 +426,7 @@ func TestStatusForeignCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := talos.Status(ctx, cl.Nodes[0].Addr(), tc)
+	st, err := talos.Status(ctx, talos.Direct(cl.Nodes[0].Addr()), tc)
 	if !errors.Is(err, talos.ErrCredentials) || st.Stage != tenant.StageUnreachable || st.Problem == "" {
 		t.Errorf("foreign talosconfig: %+v %v", st, err)
 	}
@@ -440,23 +440,23 @@ func TestWatchStatus(t *testing.T) {
 	if err := talos.ApplyMaintenance(ctx, eps[name], cfgs.Nodes[name]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := talos.WaitSecure(ctx, eps[name], cfgs.Talosconfig); err != nil {
+	if _, err := talos.WaitSecure(ctx, talos.Direct(eps[name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
 	done := make(chan error, 1)
 	go func() {
-		done <- talos.WatchStatus(ctx, eps[name], cfgs.Talosconfig, func(st talos.NodeState) { rec.record(name, st) })
+		done <- talos.WatchStatus(ctx, talos.Direct(eps[name]), cfgs.Talosconfig, func(st talos.NodeState) { rec.record(name, st) })
 	}()
 	waitFor(t, 5*time.Second, "watch sees running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
-	if err := talos.Bootstrap(ctx, eps[name], cfgs.Talosconfig); err != nil {
+	if err := talos.Bootstrap(ctx, talos.Direct(eps[name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "watch sees ready", func() bool { st, ok := rec.last(name); return ok && st.Ready })
 	// The watch follows a reboot (the client resumes it from its last
 	// bookmark once the node is back) and ends with its context.
 	n0 := len(rec.stages(name))
-	if err := talos.Reboot(ctx, eps[name], cfgs.Talosconfig); err != nil {
+	if err := talos.Reboot(ctx, talos.Direct(eps[name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "watch sees the reboot and running again", func() bool {

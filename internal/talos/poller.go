@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// Target is a node the poller watches.
-type Target struct {
-	Endpoint    string // "host:port" of the node's Talos API
+// PollTarget is a node the poller watches.
+type PollTarget struct {
+	Target             // how the node is reached (Direct or Route)
 	Talosconfig []byte // the tenant's talosconfig
 }
 
@@ -27,26 +27,32 @@ type PollerOptions struct {
 	// reported (and the first time it is known). Calls are serialized; keep
 	// it quick (hand the state over to a channel or a lock-protected map).
 	OnChange func(name string, st NodeState)
-	// Status reads a node (default Status); tests may wrap it.
-	Status func(ctx context.Context, endpoint string, talosconfig []byte) (NodeState, error)
+	// Status reads a node; tests may wrap Status with it. Default: Status
+	// over the poller's own connections (one per endpoint and credentials,
+	// kept between polls and shared by the nodes routed through it).
+	Status func(ctx context.Context, t Target, talosconfig []byte) (NodeState, error)
 }
 
 // Poller polls the status of a changing set of nodes, with bounded
 // concurrency, a time limit per node and backoff for nodes that do not
 // answer, and reports only changes. It never blocks its callers: Run does
 // the work in its own goroutines, SetTargets and Trigger return at once.
+// It keeps its connections between polls; Run closes them when it ends,
+// Close after PollOnce.
 type Poller struct {
-	opts PollerOptions
-	sem  chan struct{}
-	wake chan struct{}
-	emit sync.Mutex
+	opts  PollerOptions
+	sem   chan struct{}
+	wake  chan struct{}
+	emit  sync.Mutex
+	conns *pool
 
 	mu      sync.Mutex
 	targets map[string]*pollTarget
 }
 
 type pollTarget struct {
-	Target
+	PollTarget
+	hint     statusHint // read and written by the target's one poll in flight
 	next     time.Time
 	failures int
 	inFlight bool
@@ -68,9 +74,6 @@ func NewPoller(opts PollerOptions) *Poller {
 		opts.MaxBackoff = time.Minute
 	}
 	opts.MaxBackoff = max(opts.MaxBackoff, opts.Interval)
-	if opts.Status == nil {
-		opts.Status = Status
-	}
 	if opts.OnChange == nil {
 		opts.OnChange = func(string, NodeState) {}
 	}
@@ -78,13 +81,15 @@ func NewPoller(opts PollerOptions) *Poller {
 		opts:    opts,
 		sem:     make(chan struct{}, opts.Concurrency),
 		wake:    make(chan struct{}, 1),
+		conns:   newPool(),
 		targets: map[string]*pollTarget{},
 	}
 }
 
-// SetTargets replaces the set of nodes. New nodes, and nodes whose endpoint
-// or talosconfig changed, are polled at once; removed ones are forgotten.
-func (p *Poller) SetTargets(targets map[string]Target) {
+// SetTargets replaces the set of nodes. New nodes, and nodes whose target
+// or talosconfig changed, are polled at once; removed ones are forgotten,
+// and connections no node uses any more are closed.
+func (p *Poller) SetTargets(targets map[string]PollTarget) {
 	p.mu.Lock()
 	for name := range p.targets {
 		if _, ok := targets[name]; !ok {
@@ -93,17 +98,36 @@ func (p *Poller) SetTargets(targets map[string]Target) {
 	}
 	for name, t := range targets {
 		old := p.targets[name]
-		if old != nil && old.Endpoint == t.Endpoint && string(old.Talosconfig) == string(t.Talosconfig) {
+		if old != nil && old.Target.Equal(t.Target) && string(old.Talosconfig) == string(t.Talosconfig) {
 			continue
 		}
-		nt := &pollTarget{Target: t}
+		nt := &pollTarget{PollTarget: t}
 		if old != nil {
 			nt.last = old.last // report only real changes
 		}
 		p.targets[name] = nt
 	}
+	keep := map[string]bool{}
+	for _, t := range p.targets {
+		for _, ep := range t.Endpoints {
+			keep[ep] = true
+		}
+	}
 	p.mu.Unlock()
+	p.conns.prune(keep)
 	p.poke()
+}
+
+// Close closes the poller's connections (after PollOnce; Run closes them
+// itself when it ends). The poller may be used again: it then reconnects.
+func (p *Poller) Close() { p.conns.prune(nil) }
+
+// status reads one node with the configured Status or over the pool.
+func (p *Poller) status(ctx context.Context, t *pollTarget) (NodeState, error) {
+	if p.opts.Status != nil {
+		return p.opts.Status(ctx, t.Target, t.Talosconfig)
+	}
+	return readStatus(ctx, p.conns, t.Target, t.Talosconfig, &t.hint)
 }
 
 // Trigger polls a node soon (after an operation on it), resetting its
@@ -134,9 +158,11 @@ func (p *Poller) poke() {
 	}
 }
 
-// Run polls until ctx ends, then waits for the polls in flight.
+// Run polls until ctx ends, then waits for the polls in flight and closes
+// its connections.
 func (p *Poller) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	defer p.Close()
 	defer wg.Wait()
 	for {
 		now := time.Now()
@@ -232,7 +258,7 @@ func (p *Poller) claim(name string) *pollTarget {
 
 func (p *Poller) pollOne(ctx context.Context, name string, t *pollTarget) {
 	pctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	st, _ := p.opts.Status(pctx, t.Endpoint, t.Talosconfig)
+	st, _ := p.status(pctx, t)
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()

@@ -18,7 +18,8 @@ import (
 func TestPollerBounds(t *testing.T) {
 	var inFlight, maxInFlight, polls atomic.Int32
 	release := make(chan struct{})
-	status := func(ctx context.Context, ep string, _ []byte) (talos.NodeState, error) {
+	status := func(ctx context.Context, tg talos.Target, _ []byte) (talos.NodeState, error) {
+		ep := tg.Endpoints[0]
 		polls.Add(1)
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
@@ -50,9 +51,9 @@ func TestPollerBounds(t *testing.T) {
 			mu.Unlock()
 		},
 	})
-	targets := map[string]talos.Target{"hung": {Endpoint: "hang"}}
+	targets := map[string]talos.PollTarget{"hung": {Target: talos.Direct("hang")}}
 	for i := range 20 {
-		targets[fmt.Sprint("n", i)] = talos.Target{Endpoint: "ok"}
+		targets[fmt.Sprint("n", i)] = talos.PollTarget{Target: talos.Direct("ok")}
 	}
 	p.SetTargets(targets)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -75,7 +76,7 @@ func TestPollerBounds(t *testing.T) {
 
 	// A consumer that blocks does not block SetTargets, Trigger or State.
 	slow.Store(true)
-	p.SetTargets(map[string]talos.Target{"new": {Endpoint: "ok"}})
+	p.SetTargets(map[string]talos.PollTarget{"new": {Target: talos.Direct("ok")}})
 	p.Trigger("new")
 	if _, ok := p.State("new"); ok {
 		t.Error("state of a node never polled")

@@ -75,38 +75,76 @@ func StateFrom(ms *runtime.MachineStatus, talosVersion string) NodeState {
 }
 
 // Status reads a node's MachineStatus and version: over mTLS with the
-// tenant's talosconfig and, when the node presents another certificate,
-// with the maintenance (insecure) client. A node that does not answer is
-// in stage unreachable with a nil error; an error comes with a state whose
-// Problem says what is wrong.
+// tenant's talosconfig and, when a directly dialled node presents another
+// certificate, with the maintenance (insecure) client. A node that does not
+// answer is in stage unreachable with a nil error; an error comes with a
+// state whose Problem says what is wrong.
 //
 // With an empty talosconfig (a tenant not configured yet) only the
-// maintenance client is tried.
-func Status(ctx context.Context, endpoint string, talosconfig []byte) (NodeState, error) {
+// maintenance client is tried. Routed nodes are never read in maintenance
+// mode: maintenance has no node routing.
+func Status(ctx context.Context, t Target, talosconfig []byte) (NodeState, error) {
+	return readStatus(ctx, oneShot{}, t, talosconfig, &statusHint{})
+}
+
+// statusHint is what one poll of a node tells the next: the endpoint that
+// answered, and whether the node answered in maintenance mode (then that
+// is tried first, saving a failed mTLS handshake per poll).
+type statusHint struct {
+	from        int
+	maintenance bool
+}
+
+func readStatus(ctx context.Context, d dialer, t Target, talosconfig []byte, h *statusHint) (NodeState, error) {
+	if err := t.check(); err != nil {
+		return problem(err.Error()), err
+	}
 	if len(talosconfig) == 0 {
-		return maintenanceStatus(ctx, endpoint)
+		if t.Routed() {
+			err := fmt.Errorf("status of %s: no talosconfig: a routed node is only reachable with the cluster's credentials", t)
+			return problem(err.Error()), err
+		}
+		return maintenanceStatus(ctx, d, t, h)
+	}
+	if h.maintenance && !t.Routed() {
+		var st NodeState
+		i, err := t.call(ctx, d, h.from, nil, func(ctx context.Context, c *client.Client) error {
+			var err error
+			st, err = readState(ctx, c)
+			return err
+		})
+		if err == nil && st.Stage == tenant.StageMaintenance {
+			h.from = i
+			return st, nil
+		}
+		h.maintenance = false
 	}
 	var st NodeState
-	err := withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+	i, err := t.call(ctx, d, h.from, talosconfig, func(ctx context.Context, c *client.Client) error {
 		var err error
 		st, err = readState(ctx, c)
 		return err
 	})
 	if err == nil {
+		h.from = i
 		return st, nil
 	}
 	if isConfigError(err) {
 		return problem(err.Error()), err
 	}
-	if isTrustError(err) {
-		c, cerr := maintenanceClient(ctx, endpoint)
-		if cerr != nil {
-			return problem(cerr.Error()), cerr
-		}
-		defer c.Close() //nolint:errcheck
-		st, merr := readState(ctx, c)
+	if routedUnreachable(err) {
+		return Unreachable, nil
+	}
+	if isTrustError(err) && !t.Routed() {
+		var merr error
+		i, merr = t.call(ctx, d, h.from, nil, func(ctx context.Context, c *client.Client) error {
+			var err error
+			st, err = readState(ctx, c)
+			return err
+		})
 		switch {
 		case merr == nil:
+			h.from, h.maintenance = i, st.Stage == tenant.StageMaintenance
 			return st, nil
 		case isDialError(merr):
 			return Unreachable, nil
@@ -115,30 +153,34 @@ func Status(ctx context.Context, endpoint string, talosconfig []byte) (NodeState
 			// not trust, and now refuses a client without one (with TLS
 			// 1.3 that refusal may arrive as a bare EOF): a configured node
 			// of another cluster.
-			return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", endpoint, ErrCredentials, short(merr))
+			return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", t, ErrCredentials, short(merr))
 		}
 		err = merr
+	}
+	if isTrustError(err) && t.Routed() {
+		return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", t, ErrCredentials, short(err))
 	}
 	if isUnreachable(err) {
 		return Unreachable, nil
 	}
-	return problem(short(err)), fmt.Errorf("status of %s: %w", endpoint, err)
+	return problem(short(err)), fmt.Errorf("status of %s: %w", t, err)
 }
 
-func maintenanceStatus(ctx context.Context, endpoint string) (NodeState, error) {
-	c, err := maintenanceClient(ctx, endpoint)
-	if err != nil {
-		return problem(err.Error()), err
-	}
-	defer c.Close() //nolint:errcheck
-	st, err := readState(ctx, c)
+func maintenanceStatus(ctx context.Context, d dialer, t Target, h *statusHint) (NodeState, error) {
+	var st NodeState
+	i, err := t.call(ctx, d, h.from, nil, func(ctx context.Context, c *client.Client) error {
+		var err error
+		st, err = readState(ctx, c)
+		return err
+	})
 	switch {
 	case err == nil:
+		h.from = i
 		return st, nil
 	case isDialError(err) || (isUnreachable(err) && !isTrustError(err)):
 		return Unreachable, nil
 	default:
-		return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", endpoint, ErrCredentials, short(err))
+		return problem(ErrCredentials.Error()), fmt.Errorf("status of %s: %w (%s)", t, ErrCredentials, short(err))
 	}
 }
 
@@ -165,19 +207,19 @@ func readState(ctx context.Context, c *client.Client) (NodeState, error) {
 // real node that rebooted has lost its bookmarks and the watch ends with an
 // error. While the node is down nothing is reported: use the Poller for
 // stage unreachable, WatchStatus for quick reactions.
-func WatchStatus(ctx context.Context, endpoint string, talosconfig []byte, fn func(NodeState)) error {
-	return withSecure(ctx, endpoint, talosconfig, func(c *client.Client) error {
+func WatchStatus(ctx context.Context, t Target, talosconfig []byte, fn func(NodeState)) error {
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error {
 		tag := ""
 		if v, err := c.Version(ctx); err == nil {
 			tag = versionTag(v)
 		} else if isUnreachable(err) || isTrustError(err) {
-			return fmt.Errorf("watch status of %s: %w", endpoint, err)
+			return fmt.Errorf("watch status of %s: %w", t, err)
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		ch := make(chan state.Event)
 		if err := c.COSI.Watch(ctx, runtime.NewMachineStatus().Metadata(), ch); err != nil {
-			return fmt.Errorf("watch status of %s: %w", endpoint, err)
+			return fmt.Errorf("watch status of %s: %w", t, err)
 		}
 		var last *NodeState
 		for {
@@ -187,7 +229,7 @@ func WatchStatus(ctx context.Context, endpoint string, talosconfig []byte, fn fu
 			case ev := <-ch:
 				switch ev.Type {
 				case state.Errored:
-					return fmt.Errorf("watch status of %s: %w", endpoint, ev.Error)
+					return fmt.Errorf("watch status of %s: %w", t, ev.Error)
 				case state.Created, state.Updated:
 					ms, ok := ev.Resource.(*runtime.MachineStatus)
 					if !ok {
@@ -202,4 +244,5 @@ func WatchStatus(ctx context.Context, endpoint string, talosconfig []byte, fn fu
 			}
 		}
 	})
+	return err
 }

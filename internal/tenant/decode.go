@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/pelletier/go-toml/v2"
@@ -74,19 +75,89 @@ func NameFromPath(path string) string {
 
 // Load reads, decodes and validates one tenant file.
 func Load(path string) (*Tenant, error) {
-	f, err := os.Open(path)
+	data, err := readTenantFile(path)
 	if err != nil {
-		return nil, Problems{{File: path, Msg: err.Error()}}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, Problems{{File: path, Msg: err.Error()}}
-	}
-	if len(data) > MaxFileSize {
-		return nil, Problems{{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}}
+		return nil, Problems{{File: path, Msg: fileProblem(err)}}
 	}
 	return Parse(path, data)
+}
+
+// errNotRegular and errTooLarge are the file problems readTenantFile finds
+// before reading anything.
+var (
+	errNotRegular = errors.New("not a regular file")
+	errTooLarge   = fmt.Errorf("file is larger than %d bytes", MaxFileSize)
+)
+
+// readTenantFile reads a tenant file of at most MaxFileSize bytes. Anything
+// that is not a regular file (a FIFO, a device such as /dev/zero, a
+// directory, also behind a symlink) is refused before it is opened, and the
+// open is non-blocking and checked again on the descriptor, so a file
+// swapped in between can neither block the caller nor be read without end.
+// The error names the file.
+func readTenantFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTenantFile(fi); err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := checkTenantFile(fi); err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err // an *os.PathError naming the file
+	}
+	if len(data) > MaxFileSize {
+		return nil, &os.PathError{Op: "read", Path: path, Err: errTooLarge}
+	}
+	return data, nil
+}
+
+func checkTenantFile(fi os.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w (%s)", errNotRegular, fileKind(fi.Mode()))
+	}
+	if fi.Size() > MaxFileSize {
+		return fmt.Errorf("%w (it has %d)", errTooLarge, fi.Size())
+	}
+	return nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.String()
+}
+
+// fileProblem is the message of a read error for a Problem, which names
+// the file itself.
+func fileProblem(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // Parse decodes and validates a tenant file's contents. path names the file
@@ -141,7 +212,7 @@ func sortProblems(ps Problems) {
 // positionsOfFile reads a file again for the positions of its keys; a file
 // that cannot be read has none.
 func positionsOfFile(path string) posMap {
-	data, err := os.ReadFile(path)
+	data, err := readTenantFile(path)
 	if err != nil {
 		return posMap{}
 	}

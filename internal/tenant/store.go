@@ -51,22 +51,23 @@ func (s *Store) Load() (*Snapshot, error) {
 	snap := &Snapshot{}
 	h := sha256.New()
 	for _, p := range paths {
-		data, rerr := os.ReadFile(p)
+		// readTenantFile refuses FIFOs, devices and oversized files before
+		// reading: one hostile file must not block or exhaust the watcher.
+		data, rerr := readTenantFile(p)
 		h.Write([]byte(p))
 		h.Write(data)
 		var t *Tenant
 		if rerr == nil {
-			if len(data) > MaxFileSize {
-				rerr = fmt.Errorf("file is larger than %d bytes", MaxFileSize)
-			} else {
-				t, rerr = Parse(p, data)
-			}
+			t, rerr = Parse(p, data)
+		} else {
+			// a changed problem (a FIFO replaced by a device) is a change
+			h.Write([]byte(rerr.Error()))
 		}
 		if rerr != nil {
 			if ps, ok := AsProblems(rerr); ok {
 				snap.Problems = append(snap.Problems, ps...)
 			} else {
-				snap.Problems = append(snap.Problems, Problem{File: p, Msg: rerr.Error()})
+				snap.Problems = append(snap.Problems, Problem{File: p, Msg: fileProblem(rerr)})
 			}
 			snap.Invalid = append(snap.Invalid, NameFromPath(p))
 			continue
@@ -151,7 +152,7 @@ func (s *Store) edit(name string, change func(*Tenant) (field, value string, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := s.Path(name)
-	data, err := os.ReadFile(path)
+	data, err := readTenantFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: %w", name, err)
 	}

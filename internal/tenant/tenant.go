@@ -238,6 +238,9 @@ const (
 	ResultSucceeded Result = "succeeded"
 	ResultFailed    Result = "failed"
 	ResultCancelled Result = "cancelled"
+	// ResultRefused: a command was refused before any operation started
+	// (Destroy while not armed, a bad count); Message says why.
+	ResultRefused Result = "refused"
 )
 
 // OperationResult is the outcome of a finished operation.
@@ -274,10 +277,14 @@ type Status struct {
 
 // NodeStatus is a node's state document (DESIGN.md §4, contract).
 type NodeStatus struct {
-	Stage        Stage  `json:"stage"`
-	Ready        bool   `json:"ready"`
-	Address      string `json:"address"`
-	Role         Role   `json:"role"`
-	Group        string `json:"group"`
-	TalosVersion string `json:"talos_version"`
+	Stage   Stage  `json:"stage"`
+	Ready   bool   `json:"ready"`
+	Address string `json:"address"`
+	// PrivateAddress is a cloud node's address inside its network; Address
+	// is what rezuscloud reaches it through (its own public address, or
+	// the endpoint host for a node reached through a control plane).
+	PrivateAddress string `json:"private_address,omitempty"`
+	Role           Role   `json:"role"`
+	Group          string `json:"group"`
+	TalosVersion   string `json:"talos_version"`
 }

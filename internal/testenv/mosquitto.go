@@ -34,6 +34,10 @@ type MosquittoOptions struct {
 	Username, Password string
 	// Persistence keeps retained messages across Restart.
 	Persistence bool
+	// Nagle leaves mosquitto's default TCP settings (Nagle's algorithm on,
+	// as Home Assistant's Mosquitto add-on runs it) instead of the tests'
+	// set_tcp_nodelay; benchmarks of request latency use it.
+	Nagle bool
 	// TLS adds a second listener with a certificate for 127.0.0.1 signed by
 	// a throw-away CA (TLSURL, RootCAs).
 	TLS bool
@@ -119,7 +123,9 @@ func StartMosquitto(t testing.TB, opts ...MosquittoOptions) *Mosquitto {
 	}
 	// Without it mosquitto's small writes wait for the peer's delayed ACK
 	// (Nagle): about 40 ms per request/response round trip.
-	conf += "set_tcp_nodelay true\n"
+	if !o.Nagle {
+		conf += "set_tcp_nodelay true\n"
+	}
 	conf += "log_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\n"
 	confPath := filepath.Join(dir, "mosquitto.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {

@@ -97,11 +97,39 @@ func (w *Workspace) newError(op string, code int, diags []Diagnostic, stderr str
 		}
 	case strings.Contains(text, "decryption failed") || strings.Contains(text, "message authentication failed"):
 		e.Causes = append(e.Causes, ErrDecrypt)
-	case op == "init" && (strings.Contains(text, "provider") || strings.Contains(text, "Provider")):
+	case providerFailure(diags):
 		e.Causes = append(e.Causes, ErrProvider)
 	}
 	if cause != nil {
 		e.Causes = append(e.Causes, cause)
 	}
 	return e
+}
+
+// providerSummaries are the summaries of the diagnostics tofu gives when it
+// cannot find, resolve or install a provider (OpenTofu's command/init.go and
+// meta_backend.go). A failure whose text merely mentions a provider (a
+// syntax error in a provider block, a backend error) is not one of them.
+var providerSummaries = map[string]bool{
+	"Failed to query available provider packages":  true,
+	"Failed to resolve provider packages":          true,
+	"Failed to install provider":                   true,
+	"Failed to install provider from shared cache": true,
+	"Incompatible provider version":                true,
+	"Invalid provider registry host":               true,
+	"Invalid dependency on built-in provider":      true,
+	"Invalid legacy provider address":              true,
+	"Required plugins are not installed":           true,
+	"Missing required provider":                    true,
+}
+
+// providerFailure reports whether an error diagnostic says a provider is
+// not available.
+func providerFailure(diags []Diagnostic) bool {
+	for _, d := range diags {
+		if d.Severity == "error" && providerSummaries[strings.TrimPrefix(d.Summary, "Error: ")] {
+			return true
+		}
+	}
+	return false
 }

@@ -9,7 +9,7 @@
 //	tofurc            the CLI config tofu gets (TF_CLI_CONFIG_FILE): empty, or a copy of Config.CLIConfigFile
 //	home/             HOME of tofu and its children
 //	plugin-cache/     TF_PLUGIN_CACHE_DIR
-//	work/<tenant>/    main.tf.json, .terraform/, tfplan (0700 dir, 0600 files)
+//	work/<tenant>/    main.tf.json, .terraform/, tfplan, the running tofu's record and output (0700 dir, 0600 files)
 //	state/<tenant>/   the tenant's state versions and lock (package httpstate)
 //
 // # State and encryption
@@ -25,7 +25,27 @@
 // When tofu cannot reach the backend (the add-on died mid-apply) it saves
 // the state it could not upload as errored.tfstate (encrypted) and leaves
 // the lock; the next command shows that lock, and once it is cleared imports
-// the file as a new state version before running.
+// the file as a new state version before running, but only when it is newer
+// than the stored state (same lineage, greater serial). An empty, unreadable,
+// older or foreign one is moved aside (kept, timestamped, logged). The state
+// store keeps a disk-space reserve that a full disk releases, so the state of
+// an apply can still be saved (httpstate.ReserveSize).
+//
+// # A killed add-on
+//
+// tofu runs in its own process group and outlives a SIGKILL of the add-on;
+// it writes into files in the work dir rather than pipes, so it does not die
+// of SIGPIPE halfway either. The running tofu is recorded in the work dir
+// (ProcessFile: pid, start time, boot id); at start-up Runner.Recover stops
+// such an orphan (SIGINT, SIGKILL after the grace period) and waits for it
+// before its lock is released and its errored.tfstate looked at.
+//
+// # Permissions
+//
+// Everything under the data dir is private: directories 0700, files 0600.
+// Files tofu creates itself get its own modes, so group and world bits are
+// removed from the work dir, HOME and the plugin cache after every command
+// (the process umask of the add-on, 077, is the first line of defence).
 //
 // Encryption is tofu's own: the runner adds an `encryption` block (pbkdf2 +
 // aes_gcm, enforced for state and plan) to the document, whose passphrase is
@@ -36,9 +56,10 @@
 // # Cancellation
 //
 // Cancelling a command's context (or its Config.Timeout expiring) sends
-// SIGINT to tofu's process group, as a terminal's Ctrl-C would: tofu stops
-// its operation, persists state (in-flight resources tainted) and unlocks.
-// Only when it has not exited after Config.GracePeriod is the group killed;
+// SIGINT to tofu's process group (exec.Cmd.Cancel), as a terminal's Ctrl-C
+// would: tofu stops its operation, persists state (in-flight resources
+// tainted) and unlocks. Only when it has not exited after Config.GracePeriod
+// (exec.Cmd.WaitDelay) is it killed, and its group with it;
 // a lock our killed tofu left is then released by the runner, since no other
 // tofu can hold it.
 package tofu
@@ -106,12 +127,18 @@ type Config struct {
 	KeepVersions int
 	// Logger receives non-JSON output lines and lifecycle messages.
 	Logger *zap.Logger
+	// AllowMissing makes a missing tofu binary no error of New: the runner
+	// is made, Problem says what is wrong and every command fails with
+	// ErrTofuNotFound (the add-on comes up and shows the problem instead
+	// of exiting before Home Assistant sees anything).
+	AllowMissing bool
 }
 
 // Runner runs tofu for any number of tenants.
 type Runner struct {
 	cfg       Config
 	binary    string
+	missing   error // the binary was not found (Config.AllowMissing)
 	log       *zap.Logger
 	cliConfig string // path of our CLI config
 	cliBytes  []byte
@@ -160,10 +187,17 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	bin, err := findBinary(cfg.Binary, cfg.Path)
+	var missing error
 	if err != nil {
-		return nil, err
+		if !cfg.AllowMissing || !errors.Is(err, ErrTofuNotFound) {
+			return nil, err
+		}
+		missing, bin = err, cfg.Binary
+		if bin == "" {
+			bin = "tofu"
+		}
 	}
-	r := &Runner{cfg: cfg, binary: bin, log: cfg.Logger, locks: map[string]*sync.Mutex{}}
+	r := &Runner{cfg: cfg, binary: bin, missing: missing, log: cfg.Logger, locks: map[string]*sync.Mutex{}}
 	for _, d := range []string{"", "home", "plugin-cache", "work"} {
 		p := filepath.Join(cfg.DataDir, d)
 		if err := os.MkdirAll(p, 0o700); err != nil {
@@ -220,6 +254,9 @@ func checkPassphrase(p string) error {
 	}
 	return nil
 }
+
+// Problem is why the runner cannot run tofu (the binary is missing), or nil.
+func (r *Runner) Problem() error { return r.missing }
 
 // Close stops the state backend. Commands must have returned.
 func (r *Runner) Close(ctx context.Context) error { return r.server.Close(ctx) }
@@ -473,39 +510,6 @@ func (w *Workspace) needsInit() (bool, error) {
 // any state.
 const ErroredStateFile = "errored.tfstate"
 
-// recoverErroredState imports a state tofu could not upload into the store,
-// as a new version (the previous one stays kept), before the next command
-// reads state. While the state is locked the import waits: the lock may be
-// the tofu that is still writing it, and the user must see and clear it
-// first (Runner.ForceUnlock).
-func (w *Workspace) recoverErroredState(op string) error {
-	p := filepath.Join(w.dir, ErroredStateFile)
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
-	}
-	if li, locked := w.r.store.LockOf(w.name); locked {
-		e := w.newError(op, -1, nil, "", fmt.Errorf("%w: %s holds state tofu could not upload; it is imported once the lock is released", ErrStateLocked, ErroredStateFile))
-		e.Lock = &li
-		return e
-	}
-	if !json.Valid(data) {
-		return fmt.Errorf("tofu %s %s: %s is not JSON; move it away after checking it", op, w.name, p)
-	}
-	if err := w.r.store.Put(w.name, data, ""); err != nil {
-		return fmt.Errorf("tofu %s %s: importing %s: %w", op, w.name, ErroredStateFile, err)
-	}
-	dst := p + ".imported-" + time.Now().UTC().Format("20060102T150405Z")
-	if err := os.Rename(p, dst); err != nil {
-		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
-	}
-	w.r.log.Warn("imported state tofu could not upload earlier", zap.String("tenant", w.name), zap.String("file", dst))
-	return nil
-}
-
 func (w *Workspace) ensureInit(ctx context.Context, op string, opts RunOptions) error {
 	if err := w.recoverErroredState(op); err != nil {
 		return err
@@ -691,26 +695,47 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 	if err := ctx.Err(); err != nil {
 		return nil, w.newError(op, -1, nil, "", ctxCause(ctx))
 	}
+	if r.missing != nil {
+		return nil, w.newError(op, -1, nil, "", r.missing)
+	}
 
-	cmd := exec.Command(r.binary, args...)
+	cmd := exec.CommandContext(ctx, r.binary, args...)
 	cmd.Dir = w.dir
 	cmd.Env = w.environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// Children that outlive tofu (a provisioner's orphan) must not keep us
-	// reading their stdout forever.
-	cmd.WaitDelay = 10 * time.Second
+	// Cancellation: SIGINT to the group, as Ctrl-C would; exec kills tofu
+	// when it has not exited after the grace period (WaitDelay), and its
+	// group is killed below.
+	var interrupted atomic.Bool
+	cmd.Cancel = func() error {
+		interrupted.Store(true)
+		r.log.Info("interrupting tofu", zap.String("tenant", w.name), zap.String("command", op),
+			zap.Duration("grace", r.cfg.GracePeriod), zap.Error(context.Cause(ctx)))
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	}
+	cmd.WaitDelay = r.cfg.GracePeriod
+
+	// A streaming command writes into files in the work dir, not into pipes:
+	// a tofu that outlives a killed add-on must not die of SIGPIPE (or block
+	// on a full pipe) in the middle of an apply, but finish saving its state.
 	var stdout limitedBuffer
 	stdout.max = 64 << 20
+	stderr := limitedBuffer{max: 64 << 10, keepTail: true}
 	var lw *lineWriter
+	var outs *outputFiles
 	if s != nil {
 		lw = &lineWriter{log: r.log.With(zap.String("tenant", w.name), zap.String("command", op)),
 			fn: func(ev Event) { s.handle(ev, opts) }}
-		cmd.Stdout = lw
+		var err error
+		if outs, err = w.newOutputFiles(op); err != nil {
+			return nil, w.newError(op, -1, nil, "", err)
+		}
+		defer outs.remove()
+		cmd.Stdout, cmd.Stderr = outs.stdoutW, outs.stderrW
 	} else {
 		cmd.Stdout = &stdout
+		cmd.Stderr = &stderr
 	}
-	stderr := limitedBuffer{max: 64 << 10, keepTail: true}
-	cmd.Stderr = &stderr
 
 	start := time.Now()
 	r.log.Debug("tofu", zap.String("tenant", w.name), zap.Strings("args", args))
@@ -720,51 +745,43 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 		}
 		return nil, w.newError(op, -1, nil, "", err)
 	}
-
-	// Cancellation: SIGINT to the group, SIGKILL after the grace period.
+	if rec, err := newProcRecord(cmd.Process.Pid, op, args); err != nil {
+		r.log.Warn("cannot identify the tofu process", zap.String("tenant", w.name), zap.Error(err))
+	} else if err := w.writeProcRecord(rec); err != nil {
+		r.log.Warn("cannot record the tofu process", zap.String("tenant", w.name), zap.Error(err))
+	}
 	exited := make(chan struct{})
-	var killed, interrupted bool
-	var sigMu sync.Mutex
-	go func() {
-		select {
-		case <-exited:
-			return
-		case <-ctx.Done():
-		}
-		pgid := cmd.Process.Pid
-		sigMu.Lock()
-		interrupted = true
-		sigMu.Unlock()
-		r.log.Info("interrupting tofu", zap.String("tenant", w.name), zap.String("command", op),
-			zap.Duration("grace", r.cfg.GracePeriod), zap.Error(context.Cause(ctx)))
-		_ = syscall.Kill(-pgid, syscall.SIGINT)
-		t := time.NewTimer(r.cfg.GracePeriod)
-		defer t.Stop()
-		select {
-		case <-exited:
-		case <-t.C:
-			sigMu.Lock()
-			killed = true
-			sigMu.Unlock()
-			r.log.Warn("killing tofu after the grace period", zap.String("tenant", w.name), zap.String("command", op))
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	}()
+	var followed chan struct{}
+	if outs != nil {
+		followed = make(chan struct{})
+		go func() {
+			defer close(followed)
+			outs.follow(exited, lw, &stderr)
+		}()
+	}
 	waitErr := cmd.Wait()
 	close(exited)
+	if followed != nil {
+		<-followed
+	}
+	w.removeProcRecord()
 	if lw != nil {
 		lw.flush()
 	}
-	sigMu.Lock()
-	wasKilled, wasInterrupted := killed, interrupted
-	sigMu.Unlock()
+	wasInterrupted := interrupted.Load()
 	if wasInterrupted {
 		// Provisioner children that ignored SIGINT must not outlive us.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+	w.r.privatize(w.dir)
+	w.r.keepReserve()
 	var status syscall.WaitStatus
 	if cmd.ProcessState != nil {
 		status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	wasKilled := wasInterrupted && status.Signaled() && status.Signal() == syscall.SIGKILL
+	if wasKilled {
+		r.log.Warn("killed tofu after the grace period", zap.String("tenant", w.name), zap.String("command", op))
 	}
 	if wasKilled || status.Signaled() {
 		// Killed (by us after the grace period, or by anyone: the OOM
@@ -782,7 +799,7 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 	} else if code != 0 {
 		diags = diagnosticsOf(stdout.Bytes())
 	}
-	if waitErr != nil && code == 0 {
+	if errors.Is(waitErr, exec.ErrWaitDelay) && code == 0 {
 		// tofu succeeded but a child it left behind held stdout open past
 		// WaitDelay.
 		r.log.Warn("tofu left a process holding its output", zap.String("tenant", w.name), zap.String("command", op), zap.Error(waitErr))

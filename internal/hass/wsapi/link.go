@@ -197,7 +197,8 @@ func (l *Link) respond(data json.RawMessage) (resp any) {
 
 // Operation reports an operation event: it fires rezuscloud_operation and,
 // for a failure, creates (replaces) the tenant's persistent notification; a
-// success dismisses it. It never blocks: when the queue is full the event is
+// success dismisses it. A refused command (result refused) gets a
+// notification of its own (RefusedNotificationID). It never blocks: when the queue is full the event is
 // dropped with a warning. Items wait for a connection for up to 5 minutes.
 func (l *Link) Operation(ev tenant.OperationEvent) {
 	if !l.active() {
@@ -220,6 +221,8 @@ func (l *Link) Operation(ev tenant.OperationEvent) {
 		items = append(items, outItem{what: "persistent_notification.create", do: createNotification(ev)})
 	case tenant.ResultSucceeded:
 		items = append(items, outItem{what: "persistent_notification.dismiss", do: dismissNotification(ev.Tenant)})
+	case tenant.ResultRefused:
+		items = append(items, outItem{what: "persistent_notification.create", do: refusedNotification(ev)})
 	}
 	for _, it := range items {
 		l.enqueue(it)
@@ -302,6 +305,36 @@ func createNotification(ev tenant.OperationEvent) func(context.Context, *Link) e
 	}
 }
 
+// RefusedNotificationID is the persistent notification id of a tenant's
+// refused commands: one per tenant, replaced by the next refusal; the
+// failure notification (NotificationID) is left alone.
+func RefusedNotificationID(tenantName string) string {
+	return NotificationID(tenantName) + "_refused"
+}
+
+// refusedNotification tells the user why a dashboard or automation command
+// did nothing (a button press has no other answer channel).
+func refusedNotification(ev tenant.OperationEvent) func(context.Context, *Link) error {
+	what := "**" + orUnknown(ev.Name) + "**"
+	title := fmt.Sprintf("rezuscloud: %s refused", orUnknown(ev.Name))
+	if ev.Tenant != "" {
+		what += " of cluster **" + ev.Tenant + "**"
+		title = fmt.Sprintf("rezuscloud: %s of cluster %s refused", orUnknown(ev.Name), ev.Tenant)
+	}
+	msg := fmt.Sprintf("The command %s was refused at %s and nothing was done.", what, ev.At.Format("2006-01-02 15:04:05 MST"))
+	if reason := strings.TrimSpace(ev.Message); reason != "" {
+		msg += "\n\n**Reason:** " + reason
+	}
+	data := map[string]any{
+		"notification_id": RefusedNotificationID(ev.Tenant),
+		"title":           title,
+		"message":         msg,
+	}
+	return func(ctx context.Context, l *Link) error {
+		return l.c.CallService(ctx, "persistent_notification", "create", data)
+	}
+}
+
 func dismissNotification(tenantName string) func(context.Context, *Link) error {
 	return func(ctx context.Context, l *Link) error {
 		if l.dismissed[tenantName] {
@@ -348,7 +381,7 @@ func hint(ev tenant.OperationEvent) string {
 	if ev.Tenant != "" {
 		file = "the tenant file `" + ev.Tenant + ".toml`"
 	}
-	logs := "Read the add-on log (Settings → Add-ons → rezuscloud → Log) for the details"
+	logs := "Read the add-on log (Settings → Apps → rezuscloud → Log) for the details"
 	switch strings.ToLower(ev.Name) {
 	case "destroy":
 		return logs + ". Part of the cluster may already be gone: fix the cause " +

@@ -10,10 +10,13 @@
 // Resources (stable names; per-node parts are named after the node):
 //
 //	data.oci_core_subnet.nodes                                   the tenant's subnet (for its VCN)
-//	oci_core_network_security_group.cluster                      NSG "rezuscloud-<tenant>" in that VCN
-//	oci_core_network_security_group_security_rule.<name>         ingress TCP 50000 (talos-api), 50001 (trustd),
-//	                                                             6443 (kube-api) from anywhere; ingress of all
-//	                                                             traffic from the NSG itself (cluster); egress all
+//	oci_core_network_security_group.cluster                      NSG "rezuscloud-<tenant>" in that VCN, every node
+//	oci_core_network_security_group_security_rule.cluster|egress ingress of all traffic from that NSG itself;
+//	                                                             egress all
+//	oci_core_network_security_group.controlplane                 NSG "rezuscloud-<tenant>-controlplane", control
+//	                                                             planes only
+//	oci_core_network_security_group_security_rule.<name>         its ingress from anywhere: TCP 50000
+//	                                                             (talos-api), 6443 (kube-api)
 //	oci_core_public_ip.endpoint                                  reserved public IP of the endpoint, when the tenant
 //	                                                             has no explicit endpoint; assigned (full stage) to the
 //	                                                             first control plane's private IP, found through
@@ -27,8 +30,10 @@
 //	                                                             subnet and NSG, metadata.user_data = base64 config
 //
 // Control planes get a public IP (the first one the reserved endpoint IP,
-// the others an ephemeral one); workers only a private one: rezuscloud
-// reaches them through a control plane's Talos API. Instances ignore changes
+// the others an ephemeral one) and the controlplane NSG; workers only a
+// private one and the cluster NSG, so they take traffic from the cluster
+// only (trustd, 50001, is reached from inside it): rezuscloud reaches them
+// through a control plane's Talos API. Instances ignore changes
 // to metadata.user_data (the provider would otherwise replace the instance)
 // and to the image. Every resource carries freeform_tags with the tenant
 // (and group, node, role).
@@ -121,7 +126,8 @@ type rule struct {
 	port int
 }
 
-var publicPorts = []rule{{"talos-api", 50000}, {"trustd", 50001}, {"kube-api", 6443}}
+// publicPorts are open to the outside on control planes only.
+var publicPorts = []rule{{"talos-api", 50000}, {"kube-api", 6443}}
 
 // Render implements provider.Renderer.
 func (Renderer) Render(in provider.Input) ([]byte, error) {
@@ -175,10 +181,17 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 		"freeform_tags":  provider.Labels(t.Name, "", "", ""),
 	})
 	nsgID := provider.Expr(nsg + ".id")
+	cpNSG := doc.Resource("oci_core_network_security_group", "controlplane", map[string]any{
+		"compartment_id": compartment,
+		"vcn_id":         provider.Expr(subnetData + ".vcn_id"),
+		"display_name":   provider.Lit("rezuscloud-" + t.Name + "-controlplane"),
+		"freeform_tags":  provider.Labels(t.Name, "", "", string(tenant.RoleControlPlane)),
+	})
+	cpNSGID := provider.Expr(cpNSG + ".id")
 	const ruleType = "oci_core_network_security_group_security_rule"
 	for _, r := range publicPorts {
 		doc.Resource(ruleType, r.name, map[string]any{
-			"network_security_group_id": nsgID,
+			"network_security_group_id": cpNSGID,
 			"description":               fmt.Sprintf("%s (%d/tcp)", r.name, r.port),
 			"direction":                 "INGRESS",
 			"protocol":                  "6",
@@ -239,6 +252,10 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 		isCP := n.Role == tenant.RoleControlPlane
 		reserved := managedEndpoint && n.Name == firstCP
 		labels := provider.Labels(t.Name, n.Group, n.Name, string(n.Role))
+		nsgs := []any{nsgID}
+		if isCP {
+			nsgs = append(nsgs, cpNSGID)
+		}
 		body := map[string]any{
 			"availability_domain": ad,
 			"compartment_id":      compartment,
@@ -252,7 +269,7 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 			"create_vnic_details": map[string]any{
 				"subnet_id":        subnet,
 				"assign_public_ip": strconv.FormatBool(isCP && !reserved),
-				"nsg_ids":          []any{nsgID},
+				"nsg_ids":          nsgs,
 				"display_name":     provider.Lit(n.Name),
 				"freeform_tags":    labels,
 			},

@@ -194,7 +194,7 @@ func TestShape(t *testing.T) {
 		t.Errorf("ignore_changes %v", cp.Lifecycle.IgnoreChanges)
 	}
 	vnic := cp.CreateVnicDetails
-	if vnic.SubnetID != ten.OCI.SubnetOCID || !reflect.DeepEqual(vnic.NsgIDs, []string{"${oci_core_network_security_group.cluster.id}"}) {
+	if vnic.SubnetID != ten.OCI.SubnetOCID || !reflect.DeepEqual(vnic.NsgIDs, []string{"${oci_core_network_security_group.cluster.id}", "${oci_core_network_security_group.controlplane.id}"}) {
 		t.Errorf("cp vnic %+v", vnic)
 	}
 	// The first control plane gets the reserved endpoint IP instead of an
@@ -239,8 +239,13 @@ func TestSecurityRules(t *testing.T) {
 	d := decode(t, render(t, lab(1), provider.StageNetwork))
 	ports := map[int]bool{}
 	for name, r := range d.Resource.Rules {
-		if r.NSGID != "${oci_core_network_security_group.cluster.id}" {
-			t.Errorf("%s: nsg %q", name, r.NSGID)
+		// What is open to the outside is on the control planes' NSG only.
+		wantNSG := "${oci_core_network_security_group.cluster.id}"
+		if r.TCPOptions != nil || r.SourceType == "CIDR_BLOCK" {
+			wantNSG = "${oci_core_network_security_group.controlplane.id}"
+		}
+		if r.NSGID != wantNSG {
+			t.Errorf("%s: nsg %q, want %q", name, r.NSGID, wantNSG)
 		}
 		if r.TCPOptions != nil {
 			if r.Direction != "INGRESS" || r.Protocol != "6" || r.SourceType != "CIDR_BLOCK" || r.TCPOptions.DestinationPortRange.Min != r.TCPOptions.DestinationPortRange.Max {
@@ -249,7 +254,7 @@ func TestSecurityRules(t *testing.T) {
 			ports[r.TCPOptions.DestinationPortRange.Min] = true
 		}
 	}
-	if !reflect.DeepEqual(ports, map[int]bool{50000: true, 50001: true, 6443: true}) {
+	if !reflect.DeepEqual(ports, map[int]bool{50000: true, 6443: true}) {
 		t.Errorf("public ports %v", ports)
 	}
 	c := d.Resource.Rules["cluster"]
@@ -259,8 +264,29 @@ func TestSecurityRules(t *testing.T) {
 	if e := d.Resource.Rules["egress"]; e.Direction != "EGRESS" || e.Protocol != "all" {
 		t.Errorf("egress rule %+v", e)
 	}
-	if nsg := d.Resource.NSG["cluster"]; nsg["vcn_id"] != "${data.oci_core_subnet.nodes.vcn_id}" {
-		t.Errorf("nsg %v", nsg)
+	for _, name := range []string{"cluster", "controlplane"} {
+		if nsg := d.Resource.NSG[name]; nsg["vcn_id"] != "${data.oci_core_subnet.nodes.vcn_id}" {
+			t.Errorf("nsg %s: %v", name, nsg)
+		}
+	}
+	if len(d.Resource.NSG) != 2 {
+		t.Errorf("%d NSGs, want cluster and controlplane", len(d.Resource.NSG))
+	}
+}
+
+// TestOnlyControlPlanesArePublic: control planes' VNICs are in both NSGs,
+// workers' in the cluster's own NSG only.
+func TestOnlyControlPlanesArePublic(t *testing.T) {
+	d := decode(t, render(t, lab(2), provider.StageFull))
+	cluster, cp := "${oci_core_network_security_group.cluster.id}", "${oci_core_network_security_group.controlplane.id}"
+	want := map[string][]string{"lab-cp-1": {cluster, cp}, "lab-workers-1": {cluster}, "lab-workers-2": {cluster}}
+	if len(d.Resource.Instances) != len(want) {
+		t.Errorf("%d instances, want %d", len(d.Resource.Instances), len(want))
+	}
+	for node, nsgs := range want {
+		if got := d.Resource.Instances[node].CreateVnicDetails.NsgIDs; !reflect.DeepEqual(got, nsgs) {
+			t.Errorf("%s: nsg_ids %v, want %v", node, got, nsgs)
+		}
 	}
 }
 

@@ -4,10 +4,14 @@
 // Resources (names are stable: the tenant's fixed parts have fixed names,
 // per-node parts are named after the node):
 //
-//	openstack_networking_secgroup_v2.cluster               security group "rezuscloud-<tenant>"
-//	openstack_networking_secgroup_rule_v2.<port>-ipv4|6    ingress TCP 50000 (talos-api), 50001 (trustd), 6443 (kube-api)
-//	openstack_networking_secgroup_rule_v2.cluster-ipv4|6   ingress of everything from the group itself
-//	openstack_networking_port_v2.<node>                    one port per node on the tenant's network, in the group
+//	openstack_networking_secgroup_v2.cluster               security group "rezuscloud-<tenant>", every node
+//	openstack_networking_secgroup_rule_v2.cluster-ipv4|6   ingress of everything from that group itself
+//	openstack_networking_secgroup_v2.controlplane          security group "rezuscloud-<tenant>-controlplane",
+//	                                                       control planes only
+//	openstack_networking_secgroup_rule_v2.<port>-ipv4|6    its ingress from anywhere: TCP 50000 (talos-api),
+//	                                                       6443 (kube-api)
+//	openstack_networking_port_v2.<node>                    one port per node on the tenant's network, in the
+//	                                                       cluster group (control planes also in controlplane)
 //	openstack_networking_floatingip_v2.<node>              control planes only, when floating_ip_pool is set
 //	openstack_networking_floatingip_associate_v2.<node>    binds it to the node's port (full stage)
 //	openstack_compute_instance_v2.<node>                   boots from a volume made from the image
@@ -15,7 +19,11 @@
 //	data.openstack_networking_network_v2.network           when network is a name, not an id
 //	data.openstack_images_image_v2.talos                   when image is a name, not an id (most recent)
 //
-// The network stage holds the security group, its rules, the control
+// Only control planes are open to the outside: workers take traffic from
+// the cluster's own group only (trustd, 50001, is reached from inside it),
+// and rezuscloud reaches them through a control plane's Talos API.
+//
+// The network stage holds the security groups, their rules, the control
 // planes' ports and floating IPs; the full stage adds the workers' ports, the
 // floating IP associations and the instances. Instances ignore changes to
 // user_data, image and block_device, so a new machine config or image (the
@@ -63,7 +71,8 @@ type rule struct {
 	port int
 }
 
-var publicPorts = []rule{{"talos-api", 50000}, {"trustd", 50001}, {"kube-api", 6443}}
+// publicPorts are open to the outside on control planes only.
+var publicPorts = []rule{{"talos-api", 50000}, {"kube-api", 6443}}
 
 var ethertypes = []struct{ suffix, ethertype, anywhere string }{
 	{"ipv4", "IPv4", "0.0.0.0/0"},
@@ -117,8 +126,13 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 
 	sg := doc.Resource("openstack_networking_secgroup_v2", "cluster", map[string]any{
 		"name":        provider.Lit("rezuscloud-" + t.Name),
-		"description": provider.Lit("rezuscloud tenant " + t.Name + ": Talos and Kubernetes API, all traffic inside the cluster"),
+		"description": provider.Lit("rezuscloud tenant " + t.Name + ": all traffic inside the cluster"),
 		"tags":        provider.TagList(t.Name, "", "", ""),
+	})
+	cpSG := doc.Resource("openstack_networking_secgroup_v2", "controlplane", map[string]any{
+		"name":        provider.Lit("rezuscloud-" + t.Name + "-controlplane"),
+		"description": provider.Lit("rezuscloud tenant " + t.Name + ": Talos and Kubernetes API of the control planes"),
+		"tags":        provider.TagList(t.Name, "", "", string(tenant.RoleControlPlane)),
 	})
 	for _, e := range ethertypes {
 		for _, r := range publicPorts {
@@ -130,7 +144,7 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 				"port_range_min":    r.port,
 				"port_range_max":    r.port,
 				"remote_ip_prefix":  e.anywhere,
-				"security_group_id": provider.Expr(sg + ".id"),
+				"security_group_id": provider.Expr(cpSG + ".id"),
 			})
 		}
 		doc.Resource("openstack_networking_secgroup_rule_v2", "cluster-"+e.suffix, map[string]any{
@@ -160,11 +174,15 @@ func (Renderer) Render(in provider.Input) ([]byte, error) {
 		}
 		id := provider.Ident(n.Name)
 		g := t.Group(n.Group)
+		groups := []any{provider.Expr(sg + ".id")}
+		if isCP {
+			groups = append(groups, provider.Expr(cpSG+".id"))
+		}
 		port := doc.Resource("openstack_networking_port_v2", id, map[string]any{
 			"name":               provider.Lit(n.Name),
 			"network_id":         networkID,
 			"admin_state_up":     true,
-			"security_group_ids": []any{provider.Expr(sg + ".id")},
+			"security_group_ids": groups,
 			"tags":               provider.TagList(t.Name, n.Group, n.Name, string(n.Role)),
 		})
 		fixedIP := provider.Expr(port + ".all_fixed_ips[0]")

@@ -172,6 +172,9 @@ func TestSecurityGroupRules(t *testing.T) {
 	doc := render(t, lab(1), provider.StageNetwork)
 	var d struct {
 		Resource struct {
+			Groups map[string]struct {
+				Name string `json:"name"`
+			} `json:"openstack_networking_secgroup_v2"`
 			Rules map[string]struct {
 				Direction     string `json:"direction"`
 				Ethertype     string `json:"ethertype"`
@@ -180,29 +183,63 @@ func TestSecurityGroupRules(t *testing.T) {
 				Max           int    `json:"port_range_max"`
 				RemoteIP      string `json:"remote_ip_prefix"`
 				RemoteGroupID string `json:"remote_group_id"`
+				GroupID       string `json:"security_group_id"`
 			} `json:"openstack_networking_secgroup_rule_v2"`
 		} `json:"resource"`
 	}
 	if err := json.Unmarshal(doc, &d); err != nil {
 		t.Fatal(err)
 	}
+	if d.Resource.Groups["cluster"].Name != "rezuscloud-lab" || d.Resource.Groups["controlplane"].Name != "rezuscloud-lab-controlplane" || len(d.Resource.Groups) != 2 {
+		t.Errorf("security groups %+v", d.Resource.Groups)
+	}
+	const cluster, controlplane = "${openstack_networking_secgroup_v2.cluster.id}", "${openstack_networking_secgroup_v2.controlplane.id}"
 	ports := map[int]int{}
 	internal := 0
 	for name, r := range d.Resource.Rules {
 		if r.Direction != "ingress" {
 			t.Errorf("%s: direction %s", name, r.Direction)
 		}
-		if r.RemoteGroupID == "${openstack_networking_secgroup_v2.cluster.id}" && r.Protocol == "" {
+		if r.RemoteGroupID == cluster && r.Protocol == "" && r.GroupID == cluster {
 			internal++
 			continue
 		}
-		if r.Protocol != "tcp" || r.Min != r.Max {
+		// Everything open to the outside is on the control planes' group.
+		if r.Protocol != "tcp" || r.Min != r.Max || r.GroupID != controlplane || r.RemoteIP == "" {
 			t.Errorf("%s: %+v", name, r)
 		}
 		ports[r.Min]++
 	}
-	if !reflect.DeepEqual(ports, map[int]int{50000: 2, 50001: 2, 6443: 2}) || internal != 2 {
+	if !reflect.DeepEqual(ports, map[int]int{50000: 2, 6443: 2}) || internal != 2 {
 		t.Errorf("public ports %v (IPv4+IPv6 each), internal rules %d", ports, internal)
+	}
+}
+
+// TestOnlyControlPlanesArePublic: control planes' ports are in both groups,
+// workers' in the cluster's own group only.
+func TestOnlyControlPlanesArePublic(t *testing.T) {
+	var d struct {
+		Resource struct {
+			Ports map[string]struct {
+				Groups []string `json:"security_group_ids"`
+			} `json:"openstack_networking_port_v2"`
+		} `json:"resource"`
+	}
+	if err := json.Unmarshal(render(t, lab(2), provider.StageFull), &d); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"lab-cp-1":      {"${openstack_networking_secgroup_v2.cluster.id}", "${openstack_networking_secgroup_v2.controlplane.id}"},
+		"lab-workers-1": {"${openstack_networking_secgroup_v2.cluster.id}"},
+		"lab-workers-2": {"${openstack_networking_secgroup_v2.cluster.id}"},
+	}
+	if len(d.Resource.Ports) != len(want) {
+		t.Errorf("%d ports, want %d", len(d.Resource.Ports), len(want))
+	}
+	for node, groups := range want {
+		if got := d.Resource.Ports[node].Groups; !reflect.DeepEqual(got, groups) {
+			t.Errorf("%s: security groups %v, want %v", node, got, groups)
+		}
 	}
 }
 
@@ -345,6 +382,22 @@ func BenchmarkRender100(b *testing.B) {
 	for b.Loop() {
 		if _, err := (openstack.Renderer{}).Render(in); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestExplainWithoutNova(t *testing.T) {
+	const errored = "Error: Error waiting for instance (9c525c75-c181-4121-8fe4-bc8be56f7a27) to become ready: unexpected state 'ERROR', wanted target 'ACTIVE'. last error: %!s(<nil>)"
+	for _, tc := range []struct {
+		name, msg string
+		env       map[string]string
+		want      string
+	}{
+		{"other error", "Error: Quota exceeded for instances", nil, "Error: Quota exceeded for instances"},
+		{"no credentials", errored, nil, "Error: Error waiting for instance (9c525c75-c181-4121-8fe4-bc8be56f7a27) to become ready: it went to ERROR (Nova's fault unknown: no OpenStack credentials (OS_AUTH_URL, OS_USERNAME, OS_PASSWORD))"},
+	} {
+		if got := (openstack.Renderer{}).Explain(t.Context(), lab(1), tc.env, tc.msg); got != tc.want {
+			t.Errorf("%s:\ngot  %s\nwant %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -16,7 +16,9 @@ type Cluster struct {
 }
 
 // StartCluster starts one node per address ("ip:port", port 0 for a free
-// one) in a new World, each with opts (Addr and World are set per node).
+// one) in a new World, each with opts (Addr and World are set per node;
+// leave opts.PublicAddr and opts.Config empty: they are per node, see
+// World.Start).
 func StartCluster(ctx context.Context, addrs []string, opts Options) (*Cluster, error) {
 	c := &Cluster{World: NewWorld()}
 	for _, a := range addrs {
@@ -30,6 +32,13 @@ func StartCluster(ctx context.Context, addrs []string, opts Options) (*Cluster, 
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c, nil
+}
+
+// Start starts one more node in the World (opts.World is set), e.g. a
+// cloud instance booting from its user_data with a floating IP.
+func (w *World) Start(ctx context.Context, opts Options) (*Node, error) {
+	opts.World = w
+	return Start(ctx, opts)
 }
 
 // Addrs lists the nodes' "host:port" in order.
@@ -58,6 +67,10 @@ func (c *Cluster) Calls() Counts {
 		s.Version += k.Version
 		s.StateReads += k.StateReads
 		s.Dropped += k.Dropped
+		s.DirectPrivate += k.DirectPrivate
+		s.DirectPublic += k.DirectPublic
+		s.Routed += k.Routed
+		s.Forwarded += k.Forwarded
 	}
 	return s
 }

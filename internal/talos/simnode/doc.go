@@ -35,6 +35,25 @@
 //   - Reboot (rebooting → down → booting → running), Reset (graceful or
 //     not: resetting → down → maintenance with a new self-signed certificate
 //     and the config wiped, ready to be applied again), Version.
+//   - Cloud instances: Options.Config boots a node from a machine config
+//     given at start (its user_data): no maintenance mode, down until its
+//     secure API is up (a worker waits for a control plane of its cluster),
+//     then booting → running. Options.PublicAddr (and AddPublicAddr /
+//     RemovePublicAddr at run time) adds a second listen address, the
+//     floating IP; the server certificate names every address.
+//   - apid node routing: a configured control plane that receives a request
+//     whose metadata "node" names another node of its World (by private or
+//     public IP) forwards it, unary and streaming calls alike (machine API
+//     and COSI), over an in-process connection with mutual TLS: the node
+//     verifies a client certificate the control plane signs with its OS CA
+//     for the caller's roles, so the node's own authorization and behaviour
+//     apply. A node that is down answers Unavailable through the control
+//     plane; a request naming the node itself is served locally. Counts
+//     tells connections on the private address (DirectPrivate) from those
+//     on a public one (DirectPublic) and routed requests (Routed, on the
+//     node; Forwarded, on the control plane), so tests can assert that
+//     nothing dialled a cloud node's private address. Nodes of one World
+//     need distinct IPs to be routed to (the first node of an IP keeps it).
 //   - Test knobs: stage delays, FailBootstrap(n) (the next n Bootstrap calls
 //     answer FailedPrecondition "bootstrap is not available yet"),
 //     SetUnreachable (connections are accepted and dropped at once, and
@@ -45,8 +64,12 @@
 // Kubernetes itself (no API server answers at the endpoint; the kubeconfig is
 // valid but leads nowhere), etcd membership (graceful reset does not cordon,
 // drain or leave anything), disks and the install itself, upgrades
-// (LifecycleService, Upgrade), node routing through apid (the "node"/"nodes"
-// metadata is ignored: every node answers for itself only), events, logs,
+// (LifecycleService, Upgrade), routing by workers (real apid routes on every
+// node; rezuscloud routes through control planes only, so a simulated
+// worker answers Unimplemented) and in maintenance mode (PermissionDenied, as
+// maintenance apid has no routing), one-to-many routing (metadata "nodes":
+// Unimplemented), removing a public address cutting the connections made
+// through it, events, logs,
 // services and etcd RPCs (Unimplemented), staged and try apply modes (applied
 // like no-reboot), config changes that need a reboot to take effect (the TLS
 // identity changes only at the next reboot), network black holes (an

@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // DefaultTalosVersion is the version simulated nodes report.
@@ -35,9 +36,18 @@ type Options struct {
 	InstallDelay, RebootDelay, DownDelay, BootDelay, ResetDelay time.Duration
 	// World is the set of nodes that can form clusters together (shared
 	// etcd bootstrap state and the trustd stand-in workers get their
-	// certificates from). nil: a World of the node's own, so it forms a
-	// cluster with no other node.
+	// certificates from) and route to each other. nil: a World of the
+	// node's own, so it forms a cluster with no other node.
 	World *World
+	// Config, when set, is the machine config the node boots with (a
+	// cloud instance's user_data): no maintenance mode; the node boots
+	// straight into its configured state (booting, then running) on the
+	// secure API. A config that does not parse or validate fails Start.
+	Config []byte
+	// PublicAddr, when set, is a second listen address, "127.x.y.z:port"
+	// (port 0 for a free one): the node's public or floating IP. The node
+	// answers on both; see also AddPublicAddr.
+	PublicAddr string
 }
 
 // Counts is the record of calls a node received (attempts, whether or not
@@ -55,6 +65,11 @@ type Counts struct {
 	Version       int
 	StateReads    int // COSI Get/List/Watch
 	Dropped       int // connections dropped while unreachable or down
+	// Connections accepted on the node's private address (Addr) and on
+	// its public addresses, whether served or dropped.
+	DirectPrivate, DirectPublic int
+	Routed                      int // requests received through a control plane (node routing)
+	Forwarded                   int // requests this control plane forwarded to another node
 }
 
 // Node is a simulated Talos node.
@@ -80,8 +95,14 @@ type Node struct {
 	unreachable bool    // test knob
 	gen         int     // lifecycle generation; sequences stop when it moves on
 	failBoot    int
+	failInstall int // maintenance applies whose install fails (back to maintenance)
 	counts      Counts
 	closed      bool
+	public      []*publicListener
+	routedLis   *bufconn.Listener // in-process connections from routing control planes
+
+	fwdMu sync.Mutex
+	fwd   map[fwdKey]*fwdConn // this control plane's connections to routed nodes
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -121,19 +142,44 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		st:    state.WrapCore(namespaced.NewState(inmem.Build)),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	var bootCfg config.Provider
+	if opts.Config != nil {
+		if bootCfg, _, err = parseConfig(opts.Config); err != nil {
+			_ = lis.Close()
+			return nil, fmt.Errorf("simnode %s: boot config: %w", n.addr, err)
+		}
+	}
 	if err := n.initState(); err != nil {
 		_ = lis.Close()
 		return nil, err
 	}
+	n.routedLis = bufconn.Listen(routedBuffer)
 	n.mu.Lock()
-	err = n.enterMaintenanceLocked()
+	if bootCfg != nil {
+		// configured from the first boot: down until its API comes up
+		n.setConfigLocked(bootCfg, opts.Config)
+		n.down = true
+		n.setStageLocked(runtime.MachineStageBooting, false, runtime.UnmetCondition{Name: "services", Reason: "apid is starting"})
+		n.sequenceLocked(n.rebootSteps()[2:]...)
+	} else {
+		err = n.enterMaintenanceLocked()
+	}
 	n.mu.Unlock()
 	if err != nil {
 		_ = lis.Close()
 		return nil, err
 	}
-	n.wg.Add(1)
-	go n.acceptLoop()
+	n.world.register(ip.String(), n)
+	n.world.register(n.addr, n)
+	n.wg.Add(2)
+	go n.acceptLoop(lis, false)
+	go n.routedAcceptLoop(n.routedLis)
+	if opts.PublicAddr != "" {
+		if _, err := n.AddPublicAddr(opts.PublicAddr); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	if ctx != nil && ctx.Done() != nil {
 		go func() {
 			select {
@@ -260,10 +306,20 @@ func (n *Node) Close() {
 	n.srv = nil
 	c := n.cluster
 	n.cluster = nil
+	public := n.public
+	n.public = nil
 	n.mu.Unlock()
 	n.cancel()
 	_ = n.lis.Close()
+	_ = n.routedLis.Close()
+	for _, p := range public {
+		_ = p.lis.Close()
+		n.world.unregister(p.ip.String(), n)
+	}
+	n.world.unregister(n.ip.String(), n)
+	n.world.unregister(n.addr, n)
 	old.stop()
+	n.closeForwards()
 	if c != nil {
 		n.world.leave(c, n)
 	}
@@ -290,12 +346,13 @@ func (n *Node) WaitStage(ctx context.Context, s runtime.MachineStage, ready bool
 	}
 }
 
-// acceptLoop hands each connection to the current gRPC server, or drops it
-// while the node is down or unreachable.
-func (n *Node) acceptLoop() {
+// acceptLoop hands each connection on lis (the private address, or a
+// public one) to the current gRPC server, or drops it while the node is
+// down or unreachable.
+func (n *Node) acceptLoop(lis net.Listener, public bool) {
 	defer n.wg.Done()
 	for {
-		conn, err := n.lis.Accept()
+		conn, err := lis.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -312,6 +369,11 @@ func (n *Node) acceptLoop() {
 			continue
 		}
 		n.mu.Lock()
+		if public {
+			n.counts.DirectPublic++
+		} else {
+			n.counts.DirectPrivate++
+		}
 		srv := n.srv
 		if srv == nil {
 			n.counts.Dropped++
@@ -337,7 +399,7 @@ func (n *Node) initState() error {
 	if err := n.st.Create(ctx, rd); err != nil {
 		return fmt.Errorf("simnode: %w", err)
 	}
-	return nil
+	return n.createHardware(ctx) // hardware.go
 }
 
 // setStageLocked records the stage in the node and its MachineStatus
@@ -523,8 +585,9 @@ func (n *Node) haveServerIdentity() bool {
 
 // server is one gRPC server generation (maintenance or secure).
 type server struct {
-	grpc *grpc.Server
-	lis  *chanListener
+	grpc  *grpc.Server
+	lis   *chanListener
+	certs *certHolder // secure servers: the current certificate
 }
 
 func (s *server) stop() {

@@ -8,9 +8,11 @@ import (
 	"crypto/tls"
 	stdx509 "crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
@@ -58,7 +60,7 @@ var rolesFor = map[string][]role.Role{
 
 func newMaintenanceServer(n *Node) (*server, error) {
 	ca, err := x509.NewSelfSignedCertificateAuthority(
-		x509.IPAddresses([]net.IP{n.ip}), x509.DNSNames([]string{"localhost"}),
+		x509.IPAddresses(n.sanIPsLocked()), x509.DNSNames([]string{"localhost"}),
 		x509.NotAfter(time.Now().Add(24*time.Hour)))
 	if err != nil {
 		return nil, fmt.Errorf("simnode: maintenance certificate: %w", err)
@@ -86,24 +88,59 @@ func newSecureServer(n *Node) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simnode: OS CA: %w", err)
 	}
-	kp, err := x509.NewKeyPair(ca,
-		x509.IPAddresses([]net.IP{n.ip}), x509.DNSNames([]string{"localhost"}),
-		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}),
-		x509.NotAfter(time.Now().Add(24*time.Hour)))
+	// The certificate names all the node's addresses; a public address
+	// added later gets a new one (remint).
+	certs := &certHolder{mint: func(ips []net.IP) (*tls.Certificate, error) {
+		kp, err := x509.NewKeyPair(ca,
+			x509.IPAddresses(ips), x509.DNSNames([]string{"localhost"}),
+			x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}),
+			x509.NotAfter(time.Now().Add(24*time.Hour)))
+		if err != nil {
+			return nil, fmt.Errorf("simnode: API certificate: %w", err)
+		}
+		return kp.Certificate, nil
+	}}
+	first, err := certs.mint(n.sanIPsLocked())
 	if err != nil {
-		return nil, fmt.Errorf("simnode: API certificate: %w", err)
+		return nil, err
 	}
+	certs.cert.Store(first)
 	pool := stdx509.NewCertPool()
 	pool.AddCert(ca.Crt)
 	for _, acc := range n.cfg.Machine().Security().AcceptedCAs() {
 		pool.AppendCertsFromPEM(acc.Crt)
 	}
-	return newServer(n, true, &tls.Config{
-		Certificates: []tls.Certificate{*kp.Certificate},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
-		MinVersion:   tls.VersionTLS12,
+	srv, err := newServer(n, true, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return certs.cert.Load(), nil },
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      pool,
+		MinVersion:     tls.VersionTLS12,
 	})
+	if err != nil {
+		return nil, err
+	}
+	srv.certs = certs
+	return srv, nil
+}
+
+// certHolder is a secure server's current certificate.
+type certHolder struct {
+	cert atomic.Pointer[tls.Certificate]
+	mint func(ips []net.IP) (*tls.Certificate, error)
+}
+
+// remint gives a secure server a certificate for the node's current
+// addresses.
+func (s *server) remint(n *Node) {
+	if s == nil || s.certs == nil {
+		return
+	}
+	n.mu.Lock()
+	ips := n.sanIPsLocked()
+	n.mu.Unlock()
+	if c, err := s.certs.mint(ips); err == nil {
+		s.certs.cert.Store(c)
+	}
 }
 
 func newServer(n *Node, secure bool, tc *tls.Config) (*server, error) {
@@ -111,12 +148,32 @@ func newServer(n *Node, secure bool, tc *tls.Config) (*server, error) {
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tc)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			to, err := ms.routeTarget(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if to != nil {
+				if err := ms.check(ctx, info.FullMethod); err != nil {
+					return nil, err
+				}
+				return ms.forwardUnary(ctx, to, info.FullMethod, req)
+			}
 			if err := ms.authorize(ctx, info.FullMethod); err != nil {
 				return nil, err
 			}
 			return h(ctx, req)
 		}),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			to, err := ms.routeTarget(ss.Context())
+			if err != nil {
+				return err
+			}
+			if to != nil {
+				if err := ms.check(ss.Context(), info.FullMethod); err != nil {
+					return err
+				}
+				return ms.forwardStream(ss, to, info.FullMethod)
+			}
 			if err := ms.authorize(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
@@ -139,6 +196,9 @@ type machineServer struct {
 func (s *machineServer) authorize(ctx context.Context, method string) error {
 	n := s.n
 	n.mu.Lock()
+	if isRouted(ctx) {
+		n.counts.Routed++
+	}
 	switch method {
 	case mApply:
 		n.counts.Apply++
@@ -156,6 +216,12 @@ func (s *machineServer) authorize(ctx context.Context, method string) error {
 		n.counts.StateReads++
 	}
 	n.mu.Unlock()
+	return s.check(ctx, method)
+}
+
+// check enforces what apid enforces for a method (also before it routes a
+// request on).
+func (s *machineServer) check(ctx context.Context, method string) error {
 	if readOnly[method] {
 		return nil
 	}
@@ -201,17 +267,27 @@ func (s *machineServer) rejectApply(code codes.Code, format string, args ...any)
 	return status.Errorf(code, format, args...)
 }
 
-func (s *machineServer) ApplyConfiguration(_ context.Context, req *machineapi.ApplyConfigurationRequest) (*machineapi.ApplyConfigurationResponse, error) {
-	cfg, err := configloader.NewFromBytes(req.GetData())
+// parseConfig parses and validates a machine config as a node does; the
+// error says what is wrong in the words Talos uses.
+func parseConfig(data []byte) (config.Provider, []string, error) {
+	cfg, err := configloader.NewFromBytes(data)
 	if err != nil {
-		return nil, s.rejectApply(codes.InvalidArgument, "failed to parse config: %v", err)
+		return nil, nil, fmt.Errorf("failed to parse config: %w", err)
 	}
 	warnings, err := cfg.Validate(metalMode{})
 	if err != nil {
-		return nil, s.rejectApply(codes.InvalidArgument, "configuration validation failed: %v", err)
+		return nil, nil, fmt.Errorf("configuration validation failed: %w", err)
 	}
 	if cfg.Machine() == nil || cfg.Machine().Security().IssuingCA() == nil {
-		return nil, s.rejectApply(codes.InvalidArgument, "configuration validation failed: machine.ca is missing")
+		return nil, nil, errors.New("configuration validation failed: machine.ca is missing")
+	}
+	return cfg, warnings, nil
+}
+
+func (s *machineServer) ApplyConfiguration(_ context.Context, req *machineapi.ApplyConfigurationRequest) (*machineapi.ApplyConfigurationResponse, error) {
+	cfg, warnings, err := parseConfig(req.GetData())
+	if err != nil {
+		return nil, s.rejectApply(codes.InvalidArgument, "%v", err)
 	}
 	n := s.n
 	n.mu.Lock()
@@ -234,6 +310,11 @@ func (s *machineServer) ApplyConfiguration(_ context.Context, req *machineapi.Ap
 		return resp(req.GetMode(), "Dry run: configuration is valid"), nil
 	}
 	n.setConfigLocked(cfg, req.GetData())
+	if !s.secure && n.failInstall > 0 {
+		n.failInstall--
+		n.sequenceLocked(n.failedInstallSteps()...)
+		return resp(machineapi.ApplyConfigurationRequest_NO_REBOOT, "Applied configuration without a reboot"), nil
+	}
 	if !s.secure {
 		// Maintenance mode: the node installs and reboots itself.
 		steps := append([]step{

@@ -20,10 +20,36 @@ import (
 type World struct {
 	mu       sync.Mutex
 	clusters map[string]*cluster
+	nodes    map[string]*Node // by IP (private and public) and by "host:port"
 }
 
 // NewWorld returns an empty World.
-func NewWorld() *World { return &World{clusters: map[string]*cluster{}} }
+func NewWorld() *World { return &World{clusters: map[string]*cluster{}, nodes: map[string]*Node{}} }
+
+// register makes n known under name (its IP or "host:port") for node
+// routing; the first node of a name keeps it.
+func (w *World) register(name string, n *Node) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.nodes[name]; !ok {
+		w.nodes[name] = n
+	}
+}
+
+func (w *World) unregister(name string, n *Node) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.nodes[name] == n {
+		delete(w.nodes, name)
+	}
+}
+
+// lookup finds the node a routed request names.
+func (w *World) lookup(name string) *Node {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.nodes[name]
+}
 
 type cluster struct {
 	key          string

@@ -10,6 +10,9 @@
 //   - the lock tofu takes (LOCK/UNLOCK) is a file too, so a lock left by a
 //     crash is still there after a restart: Lock shows it and ForceUnlock
 //     clears it;
+//   - a disk-space reserve (ReserveSize) is kept in the store's directory
+//     and released when a state write meets a full disk, so the state that
+//     holds what an apply just did can still be saved;
 //   - the server answers a LOCK on a held lock with 423 Locked and the
 //     holder's lock JSON, which tofu shows as "state already locked" with the
 //     holder's ID, operation and time.
@@ -109,7 +112,11 @@ func Open(dir string, keep int) (*Store, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state store: %w", err)
 	}
-	return &Store{dir: dir, keep: keep}, nil
+	s := &Store{dir: dir, keep: keep}
+	// Best effort: on a disk that is already full there is no reserve until
+	// space is freed (the Runner retries after each command).
+	_ = s.reserve()
+	return s, nil
 }
 
 // Dir is the store's directory.
@@ -231,7 +238,13 @@ func (s *Store) put(dir string, data []byte) error {
 	if len(vs) > 0 {
 		next = vs[len(vs)-1].Seq + 1
 	}
-	if err := atomicfile.Write(versionFile(dir, next), data, 0o600); err != nil {
+	err = atomicfile.Write(versionFile(dir, next), data, 0o600)
+	if err != nil && diskFull(err) && s.releaseReserve() {
+		// The disk filled up: the reserve makes room for this state, which
+		// holds what tofu just did. The caller sees HasReserve turn false.
+		err = atomicfile.Write(versionFile(dir, next), data, 0o600)
+	}
+	if err != nil {
 		return err
 	}
 	// Prune after the new version is durable: the oldest go first.

@@ -5,7 +5,10 @@
 // subscribe_events / unsubscribe_events with event delivery, fire_event
 // (delivered to every matching subscriber, on every connection, and recorded),
 // call_service (recorded; persistent_notification.create/dismiss also keep a
-// notification table like HA's), and result messages with HA's error codes.
+// notification table like HA's), the entity registry commands
+// (config/entity_registry/list, get, update) and Assist exposure
+// (homeassistant/expose_entity and its list) over an entity registry the
+// test fills (registry.go), and result messages with HA's error codes.
 //
 // It checks the client: every message after auth must carry an integer id
 // greater than the previous one on that connection. A violation is answered
@@ -84,6 +87,9 @@ type Server struct {
 	listeners     map[int]listener
 	nextListener  int
 	ctxSeq        int
+
+	registry registry
+	commands []Command
 }
 
 type listener struct {
@@ -112,6 +118,7 @@ func New(token string) *Server {
 		failing:       map[string]*callError{},
 		notifications: map[string]Notification{},
 		listeners:     map[int]listener{},
+		registry:      newRegistry(),
 	}
 	s.cond = sync.NewCond(&s.mu)
 	mux := http.NewServeMux()
@@ -477,7 +484,9 @@ func (s *Server) handle(c *conn, raw []byte) {
 	case "call_service":
 		s.callService(c, id, msg.Domain, msg.Service, msg.ServiceData, msg.Target)
 	default:
-		c.fail(id, "unknown_command", "Unknown command.")
+		if !s.handleRegistry(c, id, msg.Type, raw) {
+			c.fail(id, "unknown_command", "Unknown command.")
+		}
 	}
 }
 

@@ -1,0 +1,184 @@
+package tofu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
+)
+
+// Recover makes tenant's workspace usable after the add-on was killed or
+// the machine lost power. Call it at start-up, before any command of the
+// tenant:
+//
+//  1. a tofu the previous add-on started and that still runs (tofu runs in
+//     its own process group, so it outlives a SIGKILL of its parent) is
+//     stopped like a cancelled command: SIGINT, SIGKILL after
+//     Config.GracePeriod, and waited for. Its lock is not touched while it
+//     lives; when it cannot be stopped, Recover fails and leaves the lock.
+//  2. the state lock is then stale by construction (only this process's
+//     tofu uses the backend) and is released;
+//  3. a state tofu could not upload (errored.tfstate) is imported only when
+//     it is newer than the stored state (same lineage, greater serial);
+//     older, foreign and unreadable ones are moved aside, kept and logged.
+func (r *Runner) Recover(ctx context.Context, tenant string) error {
+	if !httpstate.ValidName(tenant) {
+		return fmt.Errorf("tofu: %w %q", httpstate.ErrInvalidName, tenant)
+	}
+	w := &Workspace{r: r, name: tenant, dir: filepath.Join(r.cfg.DataDir, "work", tenant), mu: r.tenantLock(tenant)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	log := r.log.With(zap.String("tenant", tenant))
+	if p, ok := w.readProcRecord(); ok {
+		if p.alive() {
+			log.Warn("stopping a tofu left running by the previous add-on", zap.Int("pid", p.PID),
+				zap.String("command", p.Op), zap.Time("started", p.Started), zap.Duration("grace", r.cfg.GracePeriod))
+		}
+		stopped, err := stopOrphan(ctx, p, r.cfg.GracePeriod, r.pollInterval())
+		if err != nil {
+			return fmt.Errorf("tofu recover %s: %w; its state lock is kept", tenant, err)
+		}
+		if stopped {
+			log.Warn("stopped the tofu left running by the previous add-on", zap.Int("pid", p.PID))
+		}
+		w.removeProcRecord()
+	}
+	w.removeOutputFiles()
+	if li, held := r.store.LockOf(tenant); held {
+		if err := r.store.ForceUnlock(tenant, li.ID); err != nil {
+			return fmt.Errorf("tofu recover %s: %w", tenant, err)
+		}
+		log.Warn("released a stale state lock left by an interrupted tofu run", zap.String("lock", li.ID),
+			zap.String("operation", li.Operation), zap.Time("created", li.Created))
+	}
+	if _, err := os.Stat(w.dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return w.recoverErroredState("recover")
+}
+
+func (r *Runner) pollInterval() time.Duration { return 100 * time.Millisecond }
+
+// stateMeta is the part of a state file tofu keeps in clear text also when
+// the state is encrypted.
+type stateMeta struct {
+	Serial  *int64 `json:"serial"`
+	Lineage string `json:"lineage"`
+}
+
+func parseStateMeta(data []byte) (stateMeta, error) {
+	var m stateMeta
+	if len(data) == 0 {
+		return m, errors.New("empty")
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("not a state: %w", err)
+	}
+	if m.Serial == nil || m.Lineage == "" {
+		return m, errors.New("not a state: no serial or lineage")
+	}
+	return m, nil
+}
+
+// recoverErroredState deals with a state tofu could not upload, before the
+// next command reads state. It is imported as a new version (the previous
+// one stays kept) only when it continues the stored state: same lineage and
+// a greater serial, or there is no stored state. Anything else (empty or
+// truncated by a full disk, unparsable, older, of another lineage) is moved
+// aside with a timestamp and logged, never imported over newer state and
+// never left to block every later command. While the state is locked the
+// file is left alone: the lock may be the tofu still writing it.
+func (w *Workspace) recoverErroredState(op string) error {
+	p := filepath.Join(w.dir, ErroredStateFile)
+	data, err := readLimited(p, httpstate.MaxStateSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
+	}
+	if li, locked := w.r.store.LockOf(w.name); locked {
+		e := w.newError(op, -1, nil, "", fmt.Errorf("%w: %s holds state tofu could not upload; it is imported once the lock is released", ErrStateLocked, ErroredStateFile))
+		e.Lock = &li
+		return e
+	}
+	log := w.r.log.With(zap.String("tenant", w.name))
+	meta, perr := parseStateMeta(data)
+	if perr != nil {
+		dst, err := moveAside(p, "unreadable")
+		if err != nil {
+			return fmt.Errorf("tofu %s %s: %s is %v and cannot be moved aside: %w", op, w.name, ErroredStateFile, perr, err)
+		}
+		log.Warn("moved aside a state tofu could not upload, it is unusable", zap.String("file", dst), zap.Int("size", len(data)), zap.String("problem", perr.Error()))
+		return nil
+	}
+	cur, have, err := w.r.store.Get(w.name)
+	if err != nil {
+		return fmt.Errorf("tofu %s %s: reading the stored state: %w", op, w.name, err)
+	}
+	if have {
+		cm, cerr := parseStateMeta(cur)
+		if cerr == nil && (cm.Lineage != meta.Lineage || *meta.Serial <= *cm.Serial) {
+			dst, err := moveAside(p, "stale")
+			if err != nil {
+				return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
+			}
+			log.Warn("kept the stored state: the state tofu could not upload is not newer", zap.String("file", dst),
+				zap.Int64("serial", *meta.Serial), zap.String("lineage", meta.Lineage),
+				zap.Int64("stored_serial", *cm.Serial), zap.String("stored_lineage", cm.Lineage))
+			return nil
+		}
+	}
+	if err := w.r.store.Put(w.name, data, ""); err != nil {
+		return fmt.Errorf("tofu %s %s: importing %s: %w", op, w.name, ErroredStateFile, err)
+	}
+	dst, err := moveAside(p, "imported")
+	if err != nil {
+		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
+	}
+	log.Warn("imported state tofu could not upload earlier", zap.String("file", dst), zap.Int64("serial", *meta.Serial))
+	return nil
+}
+
+// moveAside renames p to p.<why>-<UTC time>, keeping it for inspection.
+func moveAside(p, why string) (string, error) {
+	dst := p + "." + why + "-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(p, dst); err != nil {
+		return "", err
+	}
+	_ = os.Chmod(dst, 0o600)
+	return dst, nil
+}
+
+// readLimited reads a regular file of at most max bytes.
+func readLimited(p string, max int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", p)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", p, max)
+	}
+	return data, nil
+}
