@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/broker"
+	"github.com/rezuscloud/rezuscloud/internal/cloudsim"
 	"github.com/rezuscloud/rezuscloud/internal/config"
 	"github.com/rezuscloud/rezuscloud/internal/engine"
+	"github.com/rezuscloud/rezuscloud/internal/provider/openstack/simcloud"
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 )
 
@@ -36,8 +38,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dataDir := fs.String("data", "", "data `dir` (default: a new temporary one, removed at exit)")
 	nodeNet := fs.String("node-net", "", "loopback /24 for the simulated nodes, e.g. 127.0.0 (default: 127.0.0, or a random one when taken)")
 	logLevel := fs.String("log-level", "info", "log level")
+	platform := fs.String("provider", "metal", "`platform` of the demo tenant: metal (simulated machines) or openstack (a stand-in OpenStack cloud whose servers boot simulated Talos nodes)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *platform != "metal" && *platform != "openstack" {
+		return fmt.Errorf("%w: --provider %q: want metal or openstack", errUsage, *platform)
 	}
 	if *nodes < 1 || *nodes > 100 {
 		return fmt.Errorf("%w: --nodes %d is out of range 1..100", errUsage, *nodes)
@@ -69,26 +75,48 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "embedded MQTT broker: %s\n", brokerURL)
 	}
 
-	// simulated nodes on loopback, all on the Talos API port of one /24
 	const port = 50000
-	network := *nodeNet
-	if network == "" {
-		network = "127.0.0"
-	}
-	sims, err := simnode.StartOnLoopback(ctx, *nodes, network, port, demoDelays)
-	if err != nil && *nodeNet == "" { // 127.0.0.10.. taken: any free loopback /24
-		sims, err = simnode.StartOnLoopback(ctx, *nodes, "", port, demoDelays)
-	}
-	if err != nil {
-		return fmt.Errorf("starting simulated nodes: %w", err)
-	}
-	defer sims.Close()
-	var addrs []string
-	for _, s := range sims.Nodes {
-		addrs = append(addrs, s.Host())
+	cfg := config.Default()
+	var tenantTOML, where string
+	if *platform == "openstack" {
+		rc, err := findTofurc(tofuBin)
+		if err != nil {
+			return err
+		}
+		cfg.Tofu.CLIConfig = rc
+		cloud, err := cloudsim.Start(ctx, cloudsim.Options{Cloud: simcloud.Options{Password: demoCloudPassword}, Node: demoDelays, TalosPort: port})
+		if err != nil {
+			return fmt.Errorf("starting the stand-in OpenStack cloud: %w", err)
+		}
+		defer cloud.Close()
+		o := cloud.Options()
+		cfg.Credentials.OpenStack = config.OpenStackCredentials{AuthURL: cloud.AuthURL(), Username: o.Username,
+			Password: config.Secret(demoCloudPassword), ProjectName: o.Project, UserDomainName: "Default",
+			ProjectDomainName: "Default", Region: o.Region}
+		tenantTOML = cloudsim.TenantFile("Demo cloud", simnode.DefaultTalosVersion, 1, max(*nodes-1, 0), true)
+		where = fmt.Sprintf("a stand-in OpenStack cloud at %s (servers on %s, floating IPs on %s)", cloud.AuthURL(), o.FixedCIDR, o.FloatingCIDR)
+	} else {
+		// simulated nodes on loopback, all on the Talos API port of one /24
+		network := *nodeNet
+		if network == "" {
+			network = "127.0.0"
+		}
+		sims, err := simnode.StartOnLoopback(ctx, *nodes, network, port, demoDelays)
+		if err != nil && *nodeNet == "" { // 127.0.0.10.. taken: any free loopback /24
+			sims, err = simnode.StartOnLoopback(ctx, *nodes, "", port, demoDelays)
+		}
+		if err != nil {
+			return fmt.Errorf("starting simulated nodes: %w", err)
+		}
+		defer sims.Close()
+		var addrs []string
+		for _, s := range sims.Nodes {
+			addrs = append(addrs, s.Host())
+		}
+		tenantTOML = demoTenantFile(addrs)
+		where = fmt.Sprintf("%d simulated Talos nodes (%s)", *nodes, strings.Join(addrs, ", "))
 	}
 
-	cfg := config.Default()
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.TenantsDir = filepath.Join(dir, "tenants")
 	cfg.LogLevel = *logLevel
@@ -99,20 +127,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	tenantFile := filepath.Join(cfg.TenantsDir, demoTenant+".toml")
 	if _, err := os.Stat(tenantFile); os.IsNotExist(err) {
-		if err := os.WriteFile(tenantFile, []byte(demoTenantFile(addrs)), 0o644); err != nil {
+		if err := os.WriteFile(tenantFile, []byte(tenantTOML), 0o644); err != nil {
 			return err
 		}
 	}
 
 	u, _ := url.Parse(brokerURL)
 	base := cfg.MQTT.BaseTopic
-	fmt.Fprintf(stdout, `rezuscloud demo: %d simulated Talos nodes (%s), tenant file %s
+	fmt.Fprintf(stdout, `rezuscloud demo: %s, tenant file %s
 watch:      mosquitto_sub -h %s -p %s -v -t '%s/#' -t 'homeassistant/device/#'
 provision:  mosquitto_pub -h %s -p %s -t %s/%s/apply -m PRESS
 scale:      mosquitto_pub -h %s -p %s -t %s/%s/workers/count/set -m %d
 destroy:    mosquitto_pub -h %s -p %s -t %s/bridge/request/destroy -m '{"tenant":"%s","confirm":"%s"}'
 stop:       Ctrl-C
-`, *nodes, strings.Join(addrs, ", "), tenantFile,
+`, where, tenantFile,
 		u.Hostname(), u.Port(), base,
 		u.Hostname(), u.Port(), base, demoTenant,
 		u.Hostname(), u.Port(), base, demoTenant, max(*nodes-2, 0),
@@ -159,6 +187,22 @@ count = %d
 		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address      = \"%s\"\n  install_disk = \"/dev/sda\"\n", a)
 	}
 	return b.String()
+}
+
+// demoCloudPassword is the stand-in cloud's password (it guards nothing).
+const demoCloudPassword = "demo-cloud-password"
+
+// findTofurc finds the CLI config of the provider mirror `make tools`
+// builds: $REZUSCLOUD_TOFURC, or tofurc next to tofu's bin directory.
+func findTofurc(tofuBin string) (string, error) {
+	if p := os.Getenv("REZUSCLOUD_TOFURC"); p != "" {
+		return p, nil
+	}
+	p := filepath.Join(filepath.Dir(filepath.Dir(tofuBin)), "tofurc")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the OpenStack provider mirror is missing (%s): run `make tools`", p)
+	}
+	return p, nil
 }
 
 // findTofu looks for tofu: $REZUSCLOUD_TOFU, the tools folder of a source

@@ -30,6 +30,10 @@ Usage:
 `
 
 func main() {
+	// every file rezuscloud and its tofu create is private: state, plans,
+	// secrets, kubeconfigs (the runner also strips group and world bits
+	// after each tofu command)
+	syscall.Umask(0o077)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))

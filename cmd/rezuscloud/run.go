@@ -19,6 +19,9 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
 	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/power"
+	"github.com/rezuscloud/rezuscloud/internal/redfish"
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
 	"github.com/rezuscloud/rezuscloud/internal/wol"
@@ -136,6 +139,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		ShareDir:        shareDir,
 		SetLogLevel:     log.SetLevel,
 		Wake:            func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac, wol.BroadcastAddr) },
+		Power:           powerOptions(cfg, haClient),
+		Discovery:       engine.DiscoveryOptions{CIDRs: cfg.Discovery.CIDRs, Interval: cfg.Discovery.Every()},
 		Log:             log.Named("engine"),
 	})
 	if err != nil {
@@ -261,6 +266,21 @@ func (f *fanout) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
 	f.bridge.SetNodeStatus(tn, node, st)
 }
 func (f *fanout) SetBridgeStatus(n int) { f.bridge.SetBridgeStatus(n) }
+
+// SetMachines shows the machines found on the LAN (engine.MachinePublisher).
+func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }
+
+// powerOptions give the engine entity power through the WebSocket client
+// (none without it: an entity's power then says the link is missing) and
+// the Redfish credentials.
+func powerOptions(cfg config.Config, ha *wsapi.Client) engine.PowerOptions {
+	o := engine.PowerOptions{Redfish: redfish.Options{Username: cfg.Credentials.Redfish.Username,
+		Password: cfg.Credentials.Redfish.Password.Reveal()}}
+	if ha != nil {
+		o.HA = power.FromWS(ha)
+	}
+	return o
+}
 func (f *fanout) PublishOperation(ev tenant.OperationEvent) {
 	f.bridge.PublishOperation(ev)
 	if f.link != nil {

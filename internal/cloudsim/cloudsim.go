@@ -224,3 +224,43 @@ func (c *Cloud) Close() {
 		c.Cloud.Close()
 	}
 }
+
+// Env is what the add-on gives tofu for this cloud (the provider's OS_*
+// variables), with the password the cloud was started with.
+func (c *Cloud) Env() map[string]string {
+	o := c.Cloud.Options()
+	return map[string]string{"OS_AUTH_URL": c.AuthURL(), "OS_USERNAME": o.Username, "OS_PASSWORD": o.Password,
+		"OS_PROJECT_NAME": o.Project, "OS_USER_DOMAIN_NAME": "Default", "OS_PROJECT_DOMAIN_NAME": "Default",
+		"OS_REGION_NAME": o.Region}
+}
+
+// TenantFile is an OpenStack tenant file for this cloud's pre-created
+// network, image and floating IP pool: one group of control planes (the
+// first with a floating IP) and one of workers.
+func TenantFile(displayName, talosVersion string, controlPlanes, workers int, autoApply bool) string {
+	return fmt.Sprintf(`display_name       = %q
+provider           = "openstack"
+talos_version      = %q
+kubernetes_version = "1.35.0"
+auto_apply         = %v
+
+[openstack]
+region           = "RegionOne"
+network          = "private"
+image            = "talos"
+floating_ip_pool = "public"
+
+[[node_groups]]
+name      = "cp"
+role      = "controlplane"
+count     = %d
+flavor    = "m1.medium"
+volume_gb = 20
+
+[[node_groups]]
+name   = "workers"
+role   = "worker"
+count  = %d   # set from Home Assistant
+flavor = "m1.large"
+`, displayName, talosVersion, autoApply, controlPlanes, workers)
+}

@@ -30,6 +30,11 @@ type Options struct {
 	StatePassphrase Secret `json:"state_passphrase"`
 	AssistExpose    bool   `json:"assist_expose"`
 
+	DiscoveryCIDRs    []string `json:"discovery_cidrs"`
+	DiscoveryInterval string   `json:"discovery_interval"`
+	RedfishUsername   string   `json:"redfish_username"`
+	RedfishPassword   Secret   `json:"redfish_password"`
+
 	OCITenancyOCID string `json:"oci_tenancy_ocid"`
 	OCIUserOCID    string `json:"oci_user_ocid"`
 	OCIFingerprint string `json:"oci_fingerprint"`
@@ -133,6 +138,9 @@ func (o Options) apply(c *Config) {
 		c.Tofu.ParallelApplies = o.ParallelApplies
 	}
 	c.Tofu.StatePassphrase = o.StatePassphrase
+	c.Discovery.CIDRs = o.DiscoveryCIDRs
+	set(&c.Discovery.Interval, o.DiscoveryInterval)
+	c.Credentials.Redfish = RedfishCredentials{Username: o.RedfishUsername, Password: o.RedfishPassword}
 	c.Credentials.OCI = OCICredentials{TenancyOCID: o.OCITenancyOCID, UserOCID: o.OCIUserOCID,
 		Fingerprint: o.OCIFingerprint, PrivateKey: o.OCIPrivateKey, Region: o.OCIRegion}
 	os := &c.Credentials.OpenStack

@@ -14,8 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/rezuscloud/rezuscloud/internal/discovery"
 )
 
 // Secret is a string that must never be printed, logged or published.
@@ -55,6 +58,7 @@ type Config struct {
 	MQTT          MQTT          `toml:"mqtt"`
 	Tofu          Tofu          `toml:"tofu"`
 	HomeAssistant HomeAssistant `toml:"homeassistant"`
+	Discovery     Discovery     `toml:"discovery"`
 	Credentials   Credentials   `toml:"credentials"`
 
 	// AddonMode is true when the configuration came from the Supervisor.
@@ -88,11 +92,38 @@ type HomeAssistant struct {
 	AssistExpose bool `toml:"assist_expose"`
 }
 
+// Discovery finds Talos machines in maintenance mode on the LAN
+// (DESIGN.md §10.4); off while CIDRs is empty.
+type Discovery struct {
+	// CIDRs are the ranges scanned: private, link-local or loopback, each
+	// at most a /22 (discovery.ParseCIDR).
+	CIDRs []string `toml:"cidrs"`
+	// Interval between scans, a Go duration ("5m"); at least 10 s.
+	Interval string `toml:"interval"`
+}
+
+// Every is the scan interval (Validate checked it).
+func (d Discovery) Every() time.Duration {
+	v, err := time.ParseDuration(d.Interval)
+	if err != nil || v <= 0 {
+		return 5 * time.Minute
+	}
+	return v
+}
+
 // Credentials are the cloud credentials; they reach tofu in its
-// environment only.
+// environment only. Redfish's power the metal machines with a BMC.
 type Credentials struct {
 	OCI       OCICredentials       `toml:"oci"`
 	OpenStack OpenStackCredentials `toml:"openstack"`
+	Redfish   RedfishCredentials   `toml:"redfish"`
+}
+
+// RedfishCredentials log in to the BMCs of power = "redfish+https://…"
+// machines (basic auth).
+type RedfishCredentials struct {
+	Username string `toml:"username"`
+	Password Secret `toml:"password"`
 }
 
 // OCICredentials are an Oracle Cloud API signing key.
@@ -126,7 +157,8 @@ func Default() Config {
 			DiscoveryPrefix: "homeassistant",
 			BaseTopic:       "rezuscloud",
 		},
-		Tofu: Tofu{Binary: "tofu", ParallelApplies: 2},
+		Tofu:      Tofu{Binary: "tofu", ParallelApplies: 2},
+		Discovery: Discovery{Interval: "5m"},
 		Credentials: Credentials{OpenStack: OpenStackCredentials{
 			UserDomainName: "Default", ProjectDomainName: "Default",
 		}},
@@ -207,6 +239,12 @@ func (c *Config) Validate() error {
 			bad("homeassistant.token", "is required with homeassistant.url (a long-lived access token)")
 		}
 	}
+	if _, err := discovery.ParseCIDRs(c.Discovery.CIDRs); err != nil {
+		bad("discovery.cidrs", "%v", err)
+	}
+	if v, err := time.ParseDuration(c.Discovery.Interval); err != nil || v < 10*time.Second {
+		bad("discovery.interval", "%q must be a duration of at least 10s, such as \"5m\"", c.Discovery.Interval)
+	}
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.
 	if k := c.Credentials.OCI.PrivateKey; k != "" {
@@ -232,7 +270,7 @@ func topicLevel(s string) bool {
 func (c *Config) Secrets() []string {
 	var out []string
 	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.HomeAssistant.Token,
-		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password} {
+		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password, c.Credentials.Redfish.Password} {
 		if s != "" {
 			out = append(out, s.Reveal())
 		}

@@ -171,12 +171,12 @@ func TestStatePassphrase(t *testing.T) {
 // translations/en.yaml and the Options struct key for key in step.
 func TestManifestAgrees(t *testing.T) {
 	var manifest struct {
-		Options map[string]any    `yaml:"options"`
-		Schema  map[string]string `yaml:"schema"`
-		Slug    string            `yaml:"slug"`
-		Init    bool              `yaml:"init"`
-		Arch    []string          `yaml:"arch"`
-		Timeout int               `yaml:"timeout"`
+		Options map[string]any `yaml:"options"`
+		Schema  map[string]any `yaml:"schema"`
+		Slug    string         `yaml:"slug"`
+		Init    bool           `yaml:"init"`
+		Arch    []string       `yaml:"arch"`
+		Timeout int            `yaml:"timeout"`
 		Map     []struct {
 			Type     string `yaml:"type"`
 			ReadOnly bool   `yaml:"read_only"`
@@ -206,15 +206,16 @@ func TestManifestAgrees(t *testing.T) {
 		}
 	}
 	for k := range manifest.Options {
-		s, ok := manifest.Schema[k]
-		if !ok {
+		s, _ := schemaString(manifest.Schema[k])
+		if _, has := manifest.Schema[k]; !has {
 			t.Errorf("option %s has no schema", k)
 		}
 		if strings.HasSuffix(s, "?") {
 			t.Errorf("option %s has a default but its schema %q is optional", k, s)
 		}
 	}
-	for k, s := range manifest.Schema {
+	for k, sv := range manifest.Schema {
+		s, _ := schemaString(sv)
 		_, hasDefault := manifest.Options[k]
 		if !hasDefault && !strings.HasSuffix(s, "?") {
 			t.Errorf("schema %s is mandatory but has no default", k)
@@ -242,6 +243,21 @@ func TestManifestAgrees(t *testing.T) {
 	if !maps["addon_config"] || !maps["share"] {
 		t.Errorf("addon_config and share must be mapped read-write: %+v", manifest.Map)
 	}
+}
+
+// schemaString is a schema entry as text; a list schema ([str]) is its
+// element's type (a list is never optional: its default is []).
+func schemaString(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []any:
+		if len(v) == 1 {
+			s, ok := v[0].(string)
+			return strings.TrimSuffix(s, "?"), ok
+		}
+	}
+	return "", false
 }
 
 func readYAML(t *testing.T, path string, v any) {

@@ -61,6 +61,13 @@ type Options struct {
 	// WakeInterval is how often a machine that does not answer is woken
 	// again (default 1 min).
 	WakeInterval time.Duration
+	// Power makes the power controllers of metal machines (power.go).
+	Power PowerOptions
+	// Discovery finds machines on the LAN (discover.go); off without CIDRs.
+	Discovery DiscoveryOptions
+	// BackupCheck is how often the periodic etcd backups are looked at
+	// (default 1 min).
+	BackupCheck time.Duration
 	// SetLogLevel changes the log level (the bridge's select).
 	SetLogLevel func(level string) error
 	// Log is the logger (nil: none).
@@ -83,6 +90,7 @@ type Engine struct {
 	mu     sync.Mutex
 	ts     map[string]*tstate
 	closed bool
+	disc   discoverer // machines found on the LAN (discover.go)
 }
 
 // Errors a caller may want to tell apart.
@@ -112,6 +120,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.WakeInterval <= 0 {
 		opts.WakeInterval = time.Minute
 	}
+	if opts.BackupCheck <= 0 {
+		opts.BackupCheck = time.Minute
+	}
 	if opts.CloudEnv == nil {
 		opts.CloudEnv = func(tenant.Provider) map[string]string { return nil }
 	}
@@ -136,6 +147,9 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	pollDone := make(chan struct{})
 	go func() { e.poller.Run(pollCtx); close(pollDone) }()
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.backupLoop(ctx, e.opts.BackupCheck) }()
+	discDone := e.startDiscovery(ctx) // discover.go
 
 	e.opts.Store.Watch(ctx, watchInterval, func(s *tenant.Snapshot, err error) {
 		if err != nil {
@@ -155,6 +169,7 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	e.wg.Wait() // workers end after their running operation was cancelled
 	stopPoll()
 	<-pollDone
+	<-discDone
 	return nil
 }
 
@@ -332,6 +347,7 @@ func (e *Engine) publishTenants() {
 	}
 	e.publishBridge()
 	e.updatePollTargets()
+	e.publishMachines() // discover.go: declared machines leave
 }
 
 func (e *Engine) publishBridge() {

@@ -49,13 +49,25 @@ func (ts *tstate) dispatch(ctx context.Context, op *operation) (string, error) {
 	case "plan":
 		return ts.planOrApply(ctx, false)
 	case "apply":
-		return ts.planOrApply(ctx, true)
+		msg, err := ts.planOrApply(ctx, true)
+		if err == nil {
+			ts.queueAutoUpgrades() // auto_apply: a changed version rolls out after the apply
+		}
+		return msg, err
 	case "destroy":
 		return ts.destroy(ctx)
 	case "bootstrap":
 		return ts.bootstrap(ctx)
 	case "reboot":
 		return ts.reboot(ctx, op.args.node)
+	case "power_off":
+		return ts.powerOff(ctx, op.args.node) // power.go
+	case "power_on":
+		return ts.powerOn(ctx, op.args.node)
+	case "upgrade":
+		return ts.upgrade(ctx, op.args.component)
+	case "backup":
+		return ts.backup(ctx)
 	}
 	return "", fmt.Errorf("unknown operation %q", op.name)
 }
@@ -120,6 +132,7 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 	if t == nil {
 		return nil, fmt.Errorf("tenant %s has no file", ts.name)
 	}
+	t = pinVersions(t, rec) // a running cluster keeps its versions until a rollout
 	bundle, err := talos.LoadOrCreateSecrets(e.tenantDir(ts.name), t.Name, t.TalosVersion, rec.Infra)
 	if err != nil {
 		return nil, err
@@ -162,7 +175,7 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 	if err := ws.WriteConfig(doc); err != nil {
 		return nil, err
 	}
-	if err := ts.saveRec(func(r *record) { r.Endpoint = configs.Endpoint }); err != nil {
+	if err := ts.saveRec(func(r *record) { r.Endpoint = configs.Endpoint; recordVersions(r, t) }); err != nil {
 		return nil, err
 	}
 	return &prepared{t: t, bundle: bundle, configs: configs, ws: ws, doc: doc}, nil
@@ -298,7 +311,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 		}})
 		ts.addTofu(time.Since(start))
 		if err != nil {
-			return "", err
+			return "", ts.explain(ctx, p.t, err)
 		}
 	}
 	ts.setStatus(func(s *tenant.Status) { s.Pending = tenant.Changes{}; s.Progress = tofuShare })
@@ -317,6 +330,23 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	outs, err := r.Nodes(out)
 	if err != nil {
 		return "", err
+	}
+	if !plan.HasChanges() && !allReported(declared, outs) {
+		// An interrupted apply (a stop, a killed add-on) can leave every
+		// resource in the state but not the outputs, which tofu writes at
+		// the end: the plan changes only outputs. Apply it to write them.
+		start := time.Now()
+		_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{})
+		ts.addTofu(time.Since(start))
+		if err != nil {
+			return "", ts.explain(ctx, p.t, err)
+		}
+		if out, err = outputsJSON(ctx, p.ws); err != nil {
+			return "", err
+		}
+		if outs, err = r.Nodes(out); err != nil {
+			return "", err
+		}
 	}
 	nodes := map[string]nodeRecord{}
 	for _, o := range outs {
@@ -406,6 +436,56 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	ts.setStatus(func(s *tenant.Status) { s.Phase = tenant.PhaseRunning; s.Progress = 100 })
 	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), e.kubeconfigPath(ts.name)), nil
 }
+
+// allReported reports whether tofu's outputs name every declared node.
+func allReported(declared map[string]tenant.Node, outs []provider.NodeOutput) bool {
+	seen := map[string]bool{}
+	for _, o := range outs {
+		seen[o.Name] = true
+	}
+	for n := range declared {
+		if !seen[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// explainer is a renderer that can add what the cloud knows to a failed
+// apply's error (Nova's fault of a server in ERROR, which the provider
+// never prints).
+type explainer interface {
+	Explain(ctx context.Context, t *tenant.Tenant, env map[string]string, msg string) string
+}
+
+// explain returns err with the platform's explanation, when it has one.
+func (ts *tstate) explain(ctx context.Context, t *tenant.Tenant, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	r, rerr := platform.For(t.Provider)
+	if rerr != nil {
+		return err
+	}
+	ex, ok := r.(explainer)
+	if !ok {
+		return err
+	}
+	if msg := ex.Explain(ctx, t, ts.e.opts.CloudEnv(t.Provider), err.Error()); msg != err.Error() {
+		return &explainedError{msg: msg, err: err}
+	}
+	return err
+}
+
+// explainedError is an error with a better message; it still matches what
+// it wraps.
+type explainedError struct {
+	msg string
+	err error
+}
+
+func (e *explainedError) Error() string { return e.msg }
+func (e *explainedError) Unwrap() error { return e.err }
 
 // addTofu adds to the time the running operation spent in tofu.
 func (ts *tstate) addTofu(d time.Duration) {
@@ -536,13 +616,8 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 			// unreachable, or on its way up with a config (installing,
 			// rebooting, booting: an interrupted apply): wait for it
 			last = st.Stage
-			if st.Stage == tenant.StageUnreachable && mac != "" && ts.e.opts.Wake != nil && time.Since(woken) >= ts.e.opts.WakeInterval {
-				woken = time.Now()
-				if err := ts.e.opts.Wake(ctx, mac); err != nil {
-					ts.e.log.Warn("waking a machine", zap.String("node", name), zap.String("mac", mac), zap.Error(err))
-				} else {
-					ts.e.log.Info("sent Wake-on-LAN to a machine that does not answer", zap.String("node", name), zap.String("mac", mac))
-				}
+			if st.Stage == tenant.StageUnreachable {
+				ts.wakeMachine(ctx, name, mac, &woken) // power.go: Wake-on-LAN or the machine's power
 			}
 		} else if errors.Is(err, talos.ErrCredentials) {
 			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
@@ -686,14 +761,16 @@ func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []stri
 		}
 		ts.setNode(n, func(s *tenant.NodeStatus) { s.Stage = tenant.StageResetting; s.Ready = false })
 		opts := talos.ResetOptions{Graceful: graceful}
-		if m := machineOf(t, n); graceful && m != nil && m.MAC != "" && e.opts.Wake != nil {
+		m := machineOf(t, n)
+		if graceful && e.canPowerOff(m) { // power.go
 			opts.Halt = true
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err := talos.Reset(rctx, ep, tc, opts)
 		cancel()
 		if err == nil && opts.Halt {
-			e.log.Info("node reset and powered off; Wake-on-LAN brings it back when needed", zap.String("node", n))
+			e.log.Info("node reset and halted; its power brings it back when needed", zap.String("node", n))
+			ts.afterHalt(ctx, n, ep, m, tc)
 		}
 		if err != nil {
 			st, serr := talos.Status(ctx, ep, tc)

@@ -37,6 +37,12 @@ type record struct {
 	// Spec is the tenant file as last applied, so an orphaned tenant (its
 	// file removed) can still be shown and destroyed.
 	Spec []byte `json:"spec,omitempty"`
+	// TalosVersion and KubernetesVersion are the versions the cluster's
+	// machine configs are made with: those it was created with, then the
+	// target of the last rollout that started. An apply uses them, not the
+	// file's, so it never moves a running cluster by itself (DESIGN §10.2).
+	TalosVersion      string `json:"talos_version,omitempty"`
+	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 }
 
 // nodeRecord is one applied node.

@@ -28,7 +28,8 @@ type operation struct {
 }
 
 type opArgs struct {
-	node string
+	node      string
+	component string // upgrade: "talos" or "kubernetes"
 }
 
 // tstate is one tenant: its spec, what the engine remembers of it, its
@@ -58,6 +59,12 @@ type tstate struct {
 
 	tofuTime time.Duration // spent in tofu by the running operation
 	lastTofu time.Duration // ... by the last finished one
+
+	// etcd backups (backup.go)
+	backupMu     sync.Mutex         // one snapshot at a time
+	lastBackup   *tenant.BackupInfo // the newest snapshot file
+	backupLoaded bool               // lastBackup was read from the backup dir
+	backupTried  time.Time          // the last periodic attempt
 }
 
 func newTState(e *Engine, name string, rec record) *tstate {
@@ -259,6 +266,8 @@ func (ts *tstate) recountLocked() {
 	}
 	ts.status.Problem = ts.status.Phase == tenant.PhaseFailed || ts.status.Phase == tenant.PhaseDegraded ||
 		ts.status.Phase == tenant.PhaseOrphaned
+	ts.recountVersionsLocked() // upgrade.go
+	ts.recountBackupLocked()   // backup.go
 }
 
 // setNode updates one node's state and publishes it.
@@ -300,6 +309,9 @@ func (e *Engine) onNodeState(key string, st talos.NodeState) {
 		s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
 		if st.TalosVersion != "" {
 			s.TalosVersion = st.TalosVersion
+		}
+		if st.KubeletVersion != "" {
+			s.KubernetesVersion = st.KubeletVersion
 		}
 	})
 }
@@ -440,7 +452,7 @@ func (ts *tstate) run(op *operation) {
 	ts.rec.LastOperation = last
 	ts.status.Operation = nil
 	ts.status.LastOperation = last
-	if result != tenant.ResultSucceeded && ts.status.Phase != tenant.PhaseOrphaned {
+	if result != tenant.ResultSucceeded && ts.status.Phase != tenant.PhaseOrphaned && op.name != "backup" {
 		ts.status.Phase = tenant.PhaseFailed
 	}
 	ts.rec.Phase = ts.status.Phase

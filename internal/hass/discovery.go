@@ -28,8 +28,8 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		dev["name"] = t.Title()
 		dev["model"] = "Talos cluster"
 		dev["model_id"] = string(t.Provider)
-		if t.TalosVersion != "" {
-			dev["sw_version"] = t.TalosVersion
+		if v := b.tstatus[r.tenant].TalosVersionRunning; v != "" {
+			dev["sw_version"] = v // what the nodes run (none before the cluster exists)
 		}
 		dev["via_device"] = b.topics.deviceID(kindBridge, ref{})
 	case kindNode:
@@ -38,6 +38,8 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		dev["model"] = "Talos node"
 		dev["model_id"] = string(n.Role)
 		dev["via_device"] = b.topics.deviceID(kindTenant, ref{tenant: r.tenant})
+	case kindMachine:
+		b.machineDevice(dev, r) // machine.go
 	}
 	cmps := map[string]any{}
 	state := b.topics.state(k, r)
@@ -103,6 +105,9 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant
 	if len(e.options) > 0 {
 		c["options"] = e.options
 	}
+	if e.optionsFn != nil {
+		c["options"] = e.optionsFn(b)
+	}
 	if e.disabled {
 		c["enabled_by_default"] = false
 	}
@@ -131,6 +136,8 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant
 		c["payload_press"] = "PRESS"
 	case "switch":
 		c["payload_on"], c["payload_off"] = "ON", "OFF"
+	case "update":
+		c["payload_install"] = PayloadInstall
 	case "number":
 		lo, hi := tenant.CountBounds(g.Role)
 		c["min"], c["max"], c["step"], c["mode"] = lo, hi, 1, "box"

@@ -15,10 +15,11 @@ const (
 	kindBridge kind = iota
 	kindTenant
 	kindNode
+	kindMachine // a Talos machine found on the LAN (machine.go)
 )
 
 func (k kind) String() string {
-	return [...]string{"bridge", "tenant", "node"}[k]
+	return [...]string{"bridge", "tenant", "node", "machine"}[k]
 }
 
 // entity is one row of the entity table. Discovery components, the state
@@ -37,6 +38,9 @@ type entity struct {
 	unit       string
 	icon       string
 	options    []string // enum sensor and select options
+	// optionsFn, when set, gives a select's options from the bridge's
+	// current state (machine.go's cluster groups). Callers hold b.mu.
+	optionsFn  func(b *Bridge) []string
 	eventTypes []string
 	disabled   bool // noisy: disabled by default
 
@@ -71,9 +75,10 @@ type entity struct {
 
 // ref names the device (and group) a command or value belongs to.
 type ref struct {
-	tenant string
-	node   string
-	group  string
+	tenant  string
+	node    string
+	group   string
+	machine string // machine devices: the MAC without colons
 }
 
 var (
@@ -118,6 +123,8 @@ var entities = []entity{
 		category: "config", icon: "mdi:reload", action: ActionReload},
 	{kind: kindBridge, key: "republish", platform: "button", name: "Republish discovery",
 		category: "config", icon: "mdi:broadcast", set: pressRepublish},
+	{kind: kindBridge, key: "scan", platform: "button", name: "Scan network",
+		category: "config", icon: "mdi:lan-pending", action: ActionDiscover},
 	{kind: kindBridge, key: "operation", platform: "event", name: "Operation",
 		icon: "mdi:clipboard-pulse", eventTypes: eventTypes, eventTopic: true},
 
@@ -143,9 +150,19 @@ var entities = []entity{
 	{kind: kindTenant, key: "problem", platform: "binary_sensor", name: "Problem",
 		class: "problem", value: "value_json.problem"},
 	{kind: kindTenant, key: "talos_version", platform: "sensor", name: "Talos version",
-		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version"},
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version_running"},
 	{kind: kindTenant, key: "kubernetes_version", platform: "sensor", name: "Kubernetes version",
-		category: "diagnostic", icon: "mdi:tag", value: "value_json.kubernetes_version"},
+		category: "diagnostic", icon: "mdi:tag", value: "value_json.kubernetes_version_running"},
+	// update.go: running versions, the file's targets, rollout progress
+	{kind: kindTenant, key: "talos_update", platform: "update", name: "Talos", class: "firmware",
+		value: "value_json.talos_update | tojson", topicSuffix: "talos_update/install", set: installer(ComponentTalos)},
+	{kind: kindTenant, key: "kubernetes_update", platform: "update", name: "Kubernetes",
+		value: "value_json.kubernetes_update | tojson", topicSuffix: "kubernetes_update/install", set: installer(ComponentKubernetes)},
+	{kind: kindTenant, key: "backup", platform: "button", name: "Back up etcd", icon: "mdi:database-export", action: ActionBackup},
+	{kind: kindTenant, key: "last_backup", platform: "sensor", name: "Last etcd backup",
+		class: "timestamp", icon: "mdi:database-clock",
+		value: "value_json.last_backup.at if value_json.last_backup else None",
+		attrs: "{'size': value_json.last_backup.size, 'file': value_json.last_backup.file} | tojson if value_json.last_backup else '{}'"},
 	{kind: kindTenant, key: "count", platform: "number", name: "nodes", perGroup: true,
 		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", set: setCount},
 	{kind: kindTenant, key: "apply", platform: "button", name: "Apply", icon: "mdi:play", action: ActionApply},
@@ -175,12 +192,38 @@ var entities = []entity{
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.talos_version", disabled: true},
 	{kind: kindNode, key: "reboot", platform: "button", name: "Reboot",
 		category: "config", class: "restart", action: ActionReboot},
+	// machine (found on the LAN, machine.go)
+	{kind: kindMachine, key: "address", platform: "sensor", name: "Address",
+		icon: "mdi:ip-network", value: "value_json.address",
+		attrs: "{'mac': value_json.mac, 'certificate_fingerprint': value_json.certificate_fingerprint} | tojson"},
+	{kind: kindMachine, key: "model", platform: "sensor", name: "Model",
+		icon: "mdi:desktop-tower", value: "value_json.model",
+		attrs: "{'manufacturer': value_json.manufacturer, 'serial': value_json.serial, 'certificate_fingerprint': value_json.certificate_fingerprint} | tojson"},
+	{kind: kindMachine, key: "cpu", platform: "sensor", name: "CPU",
+		icon: "mdi:cpu-64-bit", value: "value_json.cpu", attrs: "{'cores': value_json.cores} | tojson"},
+	{kind: kindMachine, key: "memory", platform: "sensor", name: "Memory",
+		class: "data_size", unit: "GiB", stateClass: "measurement", icon: "mdi:memory", value: "value_json.memory_gib"},
+	{kind: kindMachine, key: "disks", platform: "sensor", name: "Disks",
+		stateClass: "measurement", icon: "mdi:harddisk", value: "value_json.disks | length",
+		attrs: "{'disks': value_json.disks, 'install_disk': value_json.install_disk} | tojson"},
+	{kind: kindMachine, key: "cluster_group", platform: "select", name: "Cluster group",
+		icon: "mdi:server-network", optionsFn: metalGroupOptions, value: "value_json.group",
+		topicSuffix: "cluster_group/set", set: setMachineGroup},
+	{kind: kindMachine, key: "adopt", platform: "button", name: "Adopt",
+		icon: "mdi:server-plus", set: pressAdopt},
+
+	{kind: kindNode, key: "power", platform: "sensor", name: "Power",
+		class: "enum", options: powerOptions, icon: "mdi:power", value: "value_json.power"},
+	{kind: kindNode, key: "power_on", platform: "button", name: "Power on",
+		icon: "mdi:power-on", set: pressPowerOn},
+	{kind: kindNode, key: "shutdown", platform: "button", name: "Shut down",
+		category: "config", icon: "mdi:power-off", set: pressShutdown},
 }
 
 // hasCommand reports whether the row takes commands.
 func (e *entity) hasCommand() bool {
 	switch e.platform {
-	case "button", "switch", "select", "number":
+	case "button", "switch", "select", "number", "update":
 		return true
 	}
 	return false

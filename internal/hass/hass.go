@@ -25,6 +25,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -146,31 +147,34 @@ type Bridge struct {
 	wg        sync.WaitGroup
 	sem       chan struct{}
 
-	mu         sync.Mutex
-	started    bool
-	ready      bool // start-up clean-up done; sync may run
-	connected  bool
-	closed     bool
-	force      bool // next sync republishes everything
-	scanning   bool
-	scanned    map[string][]byte // retained discovery found at start-up
-	tenants    map[string]*tenant.Tenant
-	order      []string
-	tstatus    map[string]tenant.Status
-	nstatus    map[string]tenant.NodeStatus // by "<tenant>/<node>"
-	autoApply  map[string]bool
-	armed      map[string]*time.Timer
-	operations int
-	problem    string // what keeps the add-on from working ("" when nothing)
-	logLevel   string
-	discovery  map[string][]byte // desired retained discovery by topic
-	states     map[string][]byte // desired retained state by topic
-	published  map[string][]byte // what the broker holds (as far as we know)
-	routes     map[string]route  // command topic -> entity row and device
-	filters    map[string]bool   // subscription filters wanted
-	subscribed map[string]bool   // subscription filters active on this connection
-	birthTimer *time.Timer
-	events     [][]byte // operation events not yet sent (the broker may be away)
+	mu           sync.Mutex
+	started      bool
+	ready        bool // start-up clean-up done; sync may run
+	connected    bool
+	closed       bool
+	force        bool // next sync republishes everything
+	scanning     bool
+	scanned      map[string][]byte // retained discovery found at start-up
+	tenants      map[string]*tenant.Tenant
+	order        []string
+	tstatus      map[string]tenant.Status
+	nstatus      map[string]tenant.NodeStatus // by "<tenant>/<node>"
+	machines     map[string]talos.Machine     // found on the LAN, by MAC without colons (machine.go)
+	machineOrder []string
+	machineGroup map[string]string // the "Cluster group" chosen per machine
+	autoApply    map[string]bool
+	armed        map[string]*time.Timer
+	operations   int
+	problem      string // what keeps the add-on from working ("" when nothing)
+	logLevel     string
+	discovery    map[string][]byte // desired retained discovery by topic
+	states       map[string][]byte // desired retained state by topic
+	published    map[string][]byte // what the broker holds (as far as we know)
+	routes       map[string]route  // command topic -> entity row and device
+	filters      map[string]bool   // subscription filters wanted
+	subscribed   map[string]bool   // subscription filters active on this connection
+	birthTimer   *time.Timer
+	events       [][]byte // operation events not yet sent (the broker may be away)
 	// instance is this process's id on <base>/bridge/instance; another id
 	// seen there is a second rezuscloud on the same base topic.
 	instance     string

@@ -71,7 +71,20 @@ func (f *fakeCmd) SetAutoApply(_ context.Context, t string, on bool) (any, error
 	return f.rec("auto_apply %s %v", t, on)
 }
 func (f *fakeCmd) Reload(context.Context) (any, error) { return f.rec("reload") }
-func (f *fakeCmd) SetLogLevel(l string) error          { _, err := f.rec("log_level %s", l); return err }
+func (f *fakeCmd) Upgrade(_ context.Context, t, c, v string) (any, error) {
+	return f.rec("upgrade %s %s %s", t, c, v)
+}
+func (f *fakeCmd) Backup(_ context.Context, t string) (any, error) {
+	return f.rec("backup %s", t)
+}
+func (f *fakeCmd) SetLogLevel(l string) error            { _, err := f.rec("log_level %s", l); return err }
+func (f *fakeCmd) Discover(context.Context) (any, error) { return f.rec("discover") }
+func (f *fakeCmd) Adopt(_ context.Context, mac, t, g, d string) (any, error) {
+	return f.rec("adopt %s %s %s %s", mac, t, g, d)
+}
+func (f *fakeCmd) Power(_ context.Context, t, n, st string) (any, error) {
+	return f.rec("power %s %s %s", t, n, st)
+}
 
 // waitCall waits for a call with the prefix.
 func (f *fakeCmd) waitCall(t *testing.T, want string) {

@@ -39,6 +39,8 @@ func (t topics) deviceID(k kind, r ref) string {
 		return t.base + "_" + r.tenant
 	case kindNode:
 		return t.base + "_" + r.tenant + "_" + nodeSuffix(r.tenant, r.node)
+	case kindMachine:
+		return t.base + "_machine_" + r.machine
 	}
 	return t.base + "_bridge"
 }
@@ -62,6 +64,8 @@ func (t topics) root(k kind, r ref) string {
 		return t.base + "/" + r.tenant
 	case kindNode:
 		return t.base + "/" + r.tenant + "/" + r.node
+	case kindMachine:
+		return t.base + "/machine/" + r.machine
 	}
 	return t.base + "/bridge"
 }
@@ -108,6 +112,9 @@ func (b *Bridge) rebuildLocked() {
 		}
 	}
 	add(kindBridge, ref{}, nil, nil)
+	for _, id := range b.machineOrder { // machine.go
+		add(kindMachine, ref{machine: id}, nil, nil)
+	}
 	for _, name := range b.order {
 		t := b.tenants[name]
 		r := ref{tenant: name}
@@ -134,6 +141,8 @@ func (b *Bridge) rebuildLocked() {
 			for _, name := range b.order {
 				filters[b.topics.command(e, ref{tenant: name, node: "+"})] = true
 			}
+		case kindMachine:
+			filters[b.topics.command(e, ref{machine: "+"})] = true
 		}
 	}
 	if b.scanning {
@@ -146,7 +155,7 @@ func (b *Bridge) rebuildLocked() {
 // refreshStateLocked recomputes one device's state document.
 func (b *Bridge) refreshStateLocked(k kind, r ref) {
 	var t *tenant.Tenant
-	if k != kindBridge {
+	if k != kindBridge && k != kindMachine {
 		t = b.tenants[r.tenant]
 		if t == nil {
 			return
@@ -219,8 +228,13 @@ func (b *Bridge) SetTenantStatus(name string, st tenant.Status) {
 		b.mu.Unlock()
 		return
 	}
+	old := b.tstatus[name]
 	b.tstatus[name] = st
 	b.refreshStateLocked(kindTenant, ref{tenant: name})
+	if old.TalosVersionRunning != st.TalosVersionRunning { // the device's sw_version
+		r := ref{tenant: name}
+		b.discovery[b.topics.discovery(kindTenant, r)] = b.discoveryPayload(kindTenant, r, b.tenants[name], nil)
+	}
 	b.mu.Unlock()
 	b.trigger()
 }
@@ -362,6 +376,14 @@ type tenantDoc struct {
 	DestroyArmed      bool           `json:"destroy_armed"`
 	Counts            map[string]int `json:"counts"`
 	Summary           string         `json:"summary"` // one spoken sentence (tenant.Summary)
+
+	// update.go: running versions (null when the cluster does not exist),
+	// the update entities' states and the newest etcd snapshot
+	TalosVersionRunning      *string        `json:"talos_version_running"`
+	KubernetesVersionRunning *string        `json:"kubernetes_version_running"`
+	TalosUpdate              map[string]any `json:"talos_update"`
+	KubernetesUpdate         map[string]any `json:"kubernetes_update"`
+	LastBackup               *backupDoc     `json:"last_backup"`
 }
 
 type nodeDoc struct {
@@ -372,6 +394,7 @@ type nodeDoc struct {
 	Role           tenant.Role  `json:"role"`
 	Group          string       `json:"group"`
 	TalosVersion   *string      `json:"talos_version"`
+	Power          string       `json:"power"` // on, off, unknown (machine.go)
 }
 
 func strOrNil(s string) *string {
@@ -412,6 +435,10 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		if d.KubernetesVersion == "" {
 			d.KubernetesVersion = t.KubernetesVersion
 		}
+		d.TalosVersionRunning, d.KubernetesVersionRunning = strOrNil(st.TalosVersionRunning), strOrNil(st.KubernetesVersionRunning)
+		d.TalosUpdate = updateDoc(ComponentTalos, st.TalosVersionRunning, d.TalosVersion, st.Rollout, st.Progress)
+		d.KubernetesUpdate = updateDoc(ComponentKubernetes, st.KubernetesVersionRunning, d.KubernetesVersion, st.Rollout, st.Progress)
+		d.LastBackup = backupOf(st.Backup)
 		if lo := st.LastOperation; lo != nil {
 			d.LastOperation = &lastOpDoc{Name: lo.Name, Result: string(lo.Result), At: isoTime(lo.At), Message: lo.Message}
 		}
@@ -441,7 +468,9 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 			ns.Group = n.Group
 		}
 		v = nodeDoc{Stage: ns.Stage, Ready: ns.Ready, Address: strOrNil(ns.Address), PrivateAddress: strOrNil(ns.PrivateAddress),
-			Role: ns.Role, Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion)}
+			Role: ns.Role, Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion), Power: nodePower(ns.Stage)}
+	case kindMachine:
+		v = b.machineDoc(r.machine) // machine.go
 	}
 	p, _ := json.Marshal(v)
 	return p

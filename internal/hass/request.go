@@ -33,6 +33,11 @@ const (
 	ActionReload    = "reload"
 	ActionAutoApply = "auto_apply"
 	ActionLogLevel  = "log_level"
+	ActionUpgrade   = "upgrade"
+	ActionBackup    = "backup"
+	ActionDiscover  = "discover" // machine.go
+	ActionAdopt     = "adopt"
+	ActionPower     = "power"
 )
 
 // field bits: which request fields an action takes.
@@ -44,7 +49,15 @@ const (
 	fConfirm
 	fEnabled
 	fLevel
+	fComponent
+	fVersion
+	fMAC
+	fDisk // install_disk
+	fState
 )
+
+// optionalFields are fields an action takes but does not need.
+var optionalFields = map[string]int{ActionUpgrade: fVersion, ActionAdopt: fDisk}
 
 var actionFields = map[string]int{
 	ActionApply:     fTenant,
@@ -57,6 +70,11 @@ var actionFields = map[string]int{
 	ActionReload:    0,
 	ActionAutoApply: fTenant | fEnabled,
 	ActionLogLevel:  fLevel,
+	ActionUpgrade:   fTenant | fComponent | fVersion,
+	ActionBackup:    fTenant,
+	ActionDiscover:  0,
+	ActionAdopt:     fMAC | fTenant | fGroup | fDisk,
+	ActionPower:     fTenant | fNode | fState,
 }
 
 // Actions lists the request actions, sorted.
@@ -85,6 +103,15 @@ type Commander interface {
 	SetAutoApply(ctx context.Context, tenant string, enabled bool) (any, error)
 	Reload(ctx context.Context) (any, error)
 	SetLogLevel(level string) error
+	// Upgrade rolls a tenant to a Talos or Kubernetes version ("" = the
+	// file's); Backup takes an etcd snapshot.
+	Upgrade(ctx context.Context, tenant, component, version string) (any, error)
+	Backup(ctx context.Context, tenant string) (any, error)
+	// Discover scans for machines now; Adopt adds one to a metal group;
+	// Power switches a metal node "on" or "off" (machine.go).
+	Discover(ctx context.Context) (any, error)
+	Adopt(ctx context.Context, mac, tenant, group, installDisk string) (any, error)
+	Power(ctx context.Context, tenant, node, state string) (any, error)
 }
 
 // Request is a decoded, syntactically valid request. The same type serves
@@ -98,6 +125,11 @@ type Request struct {
 	Confirm     string          `json:"confirm,omitempty"`
 	Enabled     *bool           `json:"enabled,omitempty"`
 	Level       string          `json:"level,omitempty"`
+	Component   string          `json:"component,omitempty"`
+	Version     string          `json:"version,omitempty"`
+	MAC         string          `json:"mac,omitempty"`
+	InstallDisk string          `json:"install_disk,omitempty"`
+	State       string          `json:"state,omitempty"`
 	Transaction json.RawMessage `json:"transaction,omitempty"`
 }
 
@@ -176,6 +208,11 @@ func DecodeRequest(action string, payload []byte) (Request, error) {
 		Confirm     *string         `json:"confirm"`
 		Enabled     *bool           `json:"enabled"`
 		Level       *string         `json:"level"`
+		Component   *string         `json:"component"`
+		Version     *string         `json:"version"`
+		MAC         *string         `json:"mac"`
+		InstallDisk *string         `json:"install_disk"`
+		State       *string         `json:"state"`
 		Transaction json.RawMessage `json:"transaction"`
 	}
 	if err := dec.Decode(&body); err != nil {
@@ -188,7 +225,7 @@ func DecodeRequest(action string, payload []byte) (Request, error) {
 		switch {
 		case set && fields&bit == 0:
 			return fmt.Errorf("field %q does not apply to action %q", name, action)
-		case !set && fields&bit != 0:
+		case !set && fields&bit != 0 && optionalFields[action]&bit == 0:
 			return fmt.Errorf("action %q needs field %q", action, name)
 		}
 		return nil
@@ -211,6 +248,11 @@ func DecodeRequest(action string, payload []byte) (Request, error) {
 		{fConfirm, body.Confirm != nil, "confirm"},
 		{fEnabled, body.Enabled != nil, "enabled"},
 		{fLevel, body.Level != nil, "level"},
+		{fComponent, body.Component != nil, "component"},
+		{fVersion, body.Version != nil, "version"},
+		{fMAC, body.MAC != nil, "mac"},
+		{fDisk, body.InstallDisk != nil, "install_disk"},
+		{fState, body.State != nil, "state"},
 	} {
 		if err := present(c.bit, c.set, c.name); err != nil {
 			return req, err
@@ -218,6 +260,8 @@ func DecodeRequest(action string, payload []byte) (Request, error) {
 	}
 	req.Tenant, req.Group, req.Node = str(body.Tenant), str(body.Group), str(body.Node)
 	req.Confirm, req.Level, req.Enabled = str(body.Confirm), str(body.Level), body.Enabled
+	req.MAC, req.InstallDisk, req.State = str(body.MAC), str(body.InstallDisk), str(body.State)
+	req.Component, req.Version = str(body.Component), str(body.Version)
 	if fields&fCount != 0 {
 		n, err := parseCount(string(body.Count))
 		if err != nil {
@@ -255,7 +299,12 @@ func checkFields(req Request) error {
 	if fields&fEnabled != 0 && req.Enabled == nil {
 		return errors.New("enabled must be true or false")
 	}
-	return nil
+	if fields&fComponent != 0 {
+		if err := checkUpgradeFields(req.Component, req.Version); err != nil {
+			return err
+		}
+	}
+	return checkMachineFields(req, fields) // machine.go
 }
 
 // parseCount accepts a JSON number (or a number in a string, as Home
@@ -291,7 +340,7 @@ func truncate(s string, n int) string {
 // validate checks req against the current tenants.
 func validate(req Request, tenants map[string]*tenant.Tenant) error {
 	fields := actionFields[req.Action]
-	if fields&fTenant == 0 {
+	if fields&fTenant == 0 || req.Action == ActionAdopt { // adopt: the engine's errors name the machine
 		return nil
 	}
 	t := tenants[req.Tenant]
@@ -319,7 +368,7 @@ func validate(req Request, tenants map[string]*tenant.Tenant) error {
 		if t.Provider == tenant.ProviderMetal && n > len(g.Machines) {
 			return fmt.Errorf("count %d for group %q is more than its %d machines", n, g.Name, len(g.Machines))
 		}
-	case ActionReboot:
+	case ActionReboot, ActionPower:
 		if _, ok := t.Node(req.Node); !ok {
 			return fmt.Errorf("tenant %q has no node %q", t.Name, req.Node)
 		}
@@ -348,6 +397,16 @@ func dispatch(ctx context.Context, cmd Commander, req Request) (any, error) {
 		return cmd.Reload(ctx)
 	case ActionAutoApply:
 		return cmd.SetAutoApply(ctx, req.Tenant, *req.Enabled)
+	case ActionUpgrade:
+		return cmd.Upgrade(ctx, req.Tenant, req.Component, req.Version)
+	case ActionBackup:
+		return cmd.Backup(ctx, req.Tenant)
+	case ActionDiscover:
+		return cmd.Discover(ctx)
+	case ActionAdopt:
+		return cmd.Adopt(ctx, req.MAC, req.Tenant, req.Group, req.InstallDisk)
+	case ActionPower:
+		return cmd.Power(ctx, req.Tenant, req.Node, req.State)
 	case ActionLogLevel:
 		if err := cmd.SetLogLevel(req.Level); err != nil {
 			return nil, err

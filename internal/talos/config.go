@@ -26,9 +26,15 @@ import (
 // (and of cloud nodes, whose images are installed already).
 const DefaultInstallDisk = "/dev/sda"
 
-// InstallerImage is the Talos installer image of a version.
-func InstallerImage(talosVersion string) string {
-	return "ghcr.io/siderolabs/installer:" + "v" + strings.TrimPrefix(talosVersion, "v")
+// InstallerImage is the Talos installer image of a version: the Image
+// Factory's image of the schematic when one is given (so a node's
+// extensions survive its upgrades), else the plain installer.
+func InstallerImage(talosVersion, schematic string) string {
+	v := "v" + strings.TrimPrefix(talosVersion, "v")
+	if schematic != "" {
+		return "factory.talos.dev/installer/" + schematic + ":" + v
+	}
+	return "ghcr.io/siderolabs/installer:" + v
 }
 
 // TalosconfigTTL is how long the client certificate of a talosconfig is valid.
@@ -161,7 +167,7 @@ func newGenerator(t *tenant.Tenant, b *secrets.Bundle, endpoint string) (*genera
 		generate.WithAdditionalSubjectAltNames(sans),
 	}
 	if t.TalosVersion != "" {
-		opts = append(opts, generate.WithInstallImage(InstallerImage(t.TalosVersion)))
+		opts = append(opts, generate.WithInstallImage(InstallerImage(t.TalosVersion, t.Schematic)))
 	}
 	in, err := generate.NewInput(t.Name, endpoint, kv, opts...)
 	if err != nil {

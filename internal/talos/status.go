@@ -20,6 +20,9 @@ type NodeState struct {
 	// Ready is true only in stage running with every readiness check met.
 	Ready        bool   `json:"ready"`
 	TalosVersion string `json:"talos_version,omitempty"`
+	// KubeletVersion is the kubelet's version from the node's KubeletSpec
+	// ("1.35.0", no "v"); "" before the kubelet is configured.
+	KubeletVersion string `json:"kubelet_version,omitempty"`
 	// Unmet names the readiness checks not met yet ("services", ...).
 	Unmet []string `json:"unmet,omitempty"`
 	// Problem says why a node that answers could not be read (for
@@ -30,6 +33,7 @@ type NodeState struct {
 // Equal reports whether two states are the same.
 func (s NodeState) Equal(o NodeState) bool {
 	return s.Stage == o.Stage && s.Ready == o.Ready && s.TalosVersion == o.TalosVersion &&
+		s.KubeletVersion == o.KubeletVersion &&
 		s.Problem == o.Problem && slices.Equal(s.Unmet, o.Unmet)
 }
 
@@ -197,7 +201,9 @@ func readState(ctx context.Context, c *client.Client) (NodeState, error) {
 	if v, err := c.Version(ctx); err == nil {
 		tag = versionTag(v)
 	}
-	return StateFrom(ms, tag), nil
+	st := StateFrom(ms, tag)
+	st.KubeletVersion = readKubeletVersion(ctx, c) // upgrade.go
+	return st, nil
 }
 
 // WatchStatus streams a configured node's MachineStatus over mTLS, calling

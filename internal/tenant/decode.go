@@ -224,6 +224,7 @@ func keyString(k toml.Key) string { return strings.Join(k, ".") }
 // knownKeys are the keys a tenant file may hold, for "did you mean" hints.
 var knownKeys = []string{
 	"display_name", "provider", "talos_version", "kubernetes_version", "endpoint", "auto_apply",
+	"schematic", "etcd_backup_interval", "etcd_backup_keep",
 	"config_patches", "oci", "openstack", "node_groups", "name", "role", "count", "machines",
 	"address", "mac", "install_disk", "shape", "ocpus", "memory_gb", "boot_volume_gb", "flavor",
 	"volume_gb", "compartment_ocid", "region", "subnet_ocid", "image_ocid", "availability_domain",

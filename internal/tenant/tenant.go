@@ -48,6 +48,16 @@ type Tenant struct {
 	OpenStack         *OpenStack  `toml:"openstack" json:"openstack,omitempty"`
 	NodeGroups        []NodeGroup `toml:"node_groups" json:"node_groups"`
 
+	// Schematic is an Image Factory schematic id (64 hex characters): nodes
+	// install and upgrade from factory.talos.dev/installer/<schematic>:<v>
+	// so their extensions survive upgrades ("" = the plain installer).
+	Schematic string `toml:"schematic" json:"schematic,omitempty"`
+	// EtcdBackupInterval is how often etcd is snapshotted (a Go duration;
+	// "0" turns it off; "" = DefaultBackupInterval). See BackupInterval.
+	EtcdBackupInterval string `toml:"etcd_backup_interval" json:"etcd_backup_interval,omitempty"`
+	// EtcdBackupKeep is how many snapshots are kept (1..100; 0 = DefaultBackupKeep).
+	EtcdBackupKeep int `toml:"etcd_backup_keep" json:"etcd_backup_keep,omitempty"`
+
 	// Path is the file the tenant was read from ("" when built in code).
 	Path string `toml:"-" json:"-"`
 	// Source is the file's contents as read, to tell one version from
@@ -96,6 +106,12 @@ type Machine struct {
 	Address     string `toml:"address" json:"address"`
 	MAC         string `toml:"mac" json:"mac,omitempty"`
 	InstallDisk string `toml:"install_disk" json:"install_disk"`
+	// Power is how the machine is switched (power.Parse): "wol" (the
+	// default with a mac), "switch.<id>", "button.<id>",
+	// "redfish+https://…" or "none".
+	Power string `toml:"power" json:"power,omitempty"`
+	// RedfishInsecure skips verifying the BMC's certificate.
+	RedfishInsecure bool `toml:"redfish_insecure" json:"redfish_insecure,omitempty"`
 }
 
 // Node is one node a tenant declares: node Index (1-based) of group Group.
@@ -109,6 +125,32 @@ type Node struct {
 	Index  int    `json:"index"`
 	// Machine is the pool machine a metal node runs on; nil for cloud nodes.
 	Machine *Machine `json:"machine,omitempty"`
+}
+
+// Backup defaults (DESIGN.md §10.3).
+const (
+	DefaultBackupInterval = 24 * time.Hour
+	DefaultBackupKeep     = 7
+)
+
+// BackupInterval is the etcd backup interval; 0 means off.
+func (t *Tenant) BackupInterval() time.Duration {
+	if t.EtcdBackupInterval == "" {
+		return DefaultBackupInterval
+	}
+	d, err := time.ParseDuration(t.EtcdBackupInterval)
+	if err != nil || d < 0 {
+		return DefaultBackupInterval // validation refuses such files
+	}
+	return d
+}
+
+// BackupKeep is how many etcd snapshots are kept.
+func (t *Tenant) BackupKeep() int {
+	if t.EtcdBackupKeep <= 0 {
+		return DefaultBackupKeep
+	}
+	return t.EtcdBackupKeep
 }
 
 // NodeName is the stable name of node index (1-based) of a group.
@@ -273,6 +315,32 @@ type Status struct {
 	Problem           bool             `json:"problem"`
 	TalosVersion      string           `json:"talos_version"`
 	KubernetesVersion string           `json:"kubernetes_version"`
+	// TalosVersionRunning and KubernetesVersionRunning are the lowest
+	// versions the nodes report ("" when the cluster does not exist).
+	TalosVersionRunning      string `json:"talos_version_running"`
+	KubernetesVersionRunning string `json:"kubernetes_version_running"`
+	// Rollout is the upgrade in progress, nil when none runs.
+	Rollout *Rollout `json:"rollout,omitempty"`
+	// Backup is the newest etcd snapshot, nil when there is none.
+	Backup *BackupInfo `json:"backup,omitempty"`
+	// BackupStale: the newest snapshot is older than twice the interval.
+	BackupStale bool `json:"backup_stale,omitempty"`
+}
+
+// Rollout is the progress of a Talos or Kubernetes upgrade.
+type Rollout struct {
+	Component string `json:"component"` // "talos" or "kubernetes"
+	Version   string `json:"version"`   // the target
+	Done      int    `json:"done"`      // nodes on target
+	Total     int    `json:"total"`
+	Node      string `json:"node,omitempty"` // the node in progress
+}
+
+// BackupInfo describes an etcd snapshot file.
+type BackupInfo struct {
+	At   time.Time `json:"at"`
+	Size int64     `json:"size"`
+	File string    `json:"file"`
 }
 
 // NodeStatus is a node's state document (DESIGN.md §4, contract).
@@ -287,4 +355,6 @@ type NodeStatus struct {
 	Role           Role   `json:"role"`
 	Group          string `json:"group"`
 	TalosVersion   string `json:"talos_version"`
+	// KubernetesVersion is the kubelet version the node reports.
+	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 }

@@ -9,10 +9,13 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"time"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+
+	"github.com/rezuscloud/rezuscloud/internal/power"
 )
 
 // MaxNameLen bounds tenant and group names (DESIGN.md §3).
@@ -25,6 +28,7 @@ var (
 	installDisk  = regexp.MustCompile(`^/dev/[A-Za-z0-9/_.-]+$`)
 	ocidPattern  = regexp.MustCompile(`^ocid1\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9-]*\.[A-Za-z0-9._-]+$`)
 	flexShapeRxp = regexp.MustCompile(`\.Flex$`)
+	schematicRxp = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // violation is one broken rule at a key path.
@@ -110,6 +114,17 @@ func (t *Tenant) validate(pos posMap) []violation {
 		if err := checkEndpoint(t.Endpoint); err != nil {
 			add("endpoint", "%v", err)
 		}
+	}
+	if t.Schematic != "" && !schematicRxp.MatchString(t.Schematic) {
+		add("schematic", "%q is not an Image Factory schematic id (64 lower-case hex characters)", t.Schematic)
+	}
+	if t.EtcdBackupInterval != "" {
+		if d, err := time.ParseDuration(t.EtcdBackupInterval); err != nil || d < 0 || (d > 0 && d < time.Minute) {
+			add("etcd_backup_interval", "%q is not a duration of at least 1m like \"24h\" (\"0\" turns backups off)", t.EtcdBackupInterval)
+		}
+	}
+	if pos.has("etcd_backup_keep") && (t.EtcdBackupKeep < 1 || t.EtcdBackupKeep > 100) {
+		add("etcd_backup_keep", "%d is out of range 1..100", t.EtcdBackupKeep)
 	}
 	for i, p := range t.ConfigPatches {
 		if err := checkPatch(p); err != nil {
@@ -289,6 +304,11 @@ func (t *Tenant) validateGroupPlatform(f string, g NodeGroup, addrs map[string]s
 			}
 			if !installDisk.MatchString(m.InstallDisk) {
 				add(mf+".install_disk", "%q must name a disk device such as /dev/sda or /dev/nvme0n1", m.InstallDisk)
+			}
+			if spec, err := power.Parse(m.Power, m.MAC); err != nil {
+				add(mf+".power", "%v", err)
+			} else if m.RedfishInsecure && spec.Kind != power.KindRedfish {
+				add(mf+".redfish_insecure", "applies only to a power = \"redfish+https://…\" machine")
 			}
 		}
 	case ProviderOCI:

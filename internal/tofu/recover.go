@@ -69,7 +69,8 @@ func (r *Runner) Recover(ctx context.Context, tenant string) error {
 func (r *Runner) pollInterval() time.Duration { return 100 * time.Millisecond }
 
 // stateMeta is the part of a state file tofu keeps in clear text also when
-// the state is encrypted.
+// the state is encrypted. The lineage may be empty there (tofu leaves it out
+// of an errored.tfstate of a state's first apply).
 type stateMeta struct {
 	Serial  *int64 `json:"serial"`
 	Lineage string `json:"lineage"`
@@ -83,8 +84,8 @@ func parseStateMeta(data []byte) (stateMeta, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return m, fmt.Errorf("not a state: %w", err)
 	}
-	if m.Serial == nil || m.Lineage == "" {
-		return m, errors.New("not a state: no serial or lineage")
+	if m.Serial == nil {
+		return m, errors.New("not a state: no serial")
 	}
 	return m, nil
 }
@@ -127,7 +128,8 @@ func (w *Workspace) recoverErroredState(op string) error {
 	}
 	if have {
 		cm, cerr := parseStateMeta(cur)
-		if cerr == nil && (cm.Lineage != meta.Lineage || *meta.Serial <= *cm.Serial) {
+		otherLineage := cm.Lineage != "" && meta.Lineage != "" && cm.Lineage != meta.Lineage
+		if cerr == nil && (otherLineage || *meta.Serial <= *cm.Serial) {
 			dst, err := moveAside(p, "stale")
 			if err != nil {
 				return fmt.Errorf("tofu %s %s: %w", op, w.name, err)

@@ -56,6 +56,10 @@ func TestRecoverErroredState(t *testing.T) {
 		{"empty (full disk)", fakeState(5, "L"), []byte{}, "unreadable"},
 		{"truncated", fakeState(5, "L"), fakeState(6, "L")[:20], "unreadable"},
 		{"no serial", fakeState(5, "L"), []byte(`{"lineage":"L"}`), "unreadable"},
+		// tofu leaves the lineage out of the errored.tfstate of a first apply
+		{"first apply, no lineage", nil, fakeState(1, ""), "imported"},
+		{"newer, no lineage", fakeState(1, "L"), fakeState(2, ""), "imported"},
+		{"older, no lineage", fakeState(3, "L"), fakeState(2, ""), "stale"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := bareRunner(t, t.TempDir())

@@ -268,8 +268,9 @@ func (r *Runner) Binary() string { return r.binary }
 func (r *Runner) Store() *httpstate.Store { return r.store }
 
 // Lock reports who holds tenant's state lock. Only this process's tofu uses
-// the backend, so a lock seen while no command of the tenant runs (e.g.
-// after a restart) is stale.
+// the backend, so a lock seen while no command of the tenant runs is stale,
+// except right after a restart, while a tofu of the previous process may
+// still run: Recover stops that one first.
 func (r *Runner) Lock(tenant string) (httpstate.LockInfo, bool) { return r.store.LockOf(tenant) }
 
 // ForceUnlock removes tenant's stale lock; id is the holder's, as Lock shows.

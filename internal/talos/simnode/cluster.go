@@ -71,6 +71,9 @@ func (c *Cluster) Calls() Counts {
 		s.DirectPublic += k.DirectPublic
 		s.Routed += k.Routed
 		s.Forwarded += k.Forwarded
+		s.Upgrade += k.Upgrade
+		s.ImagePull += k.ImagePull
+		s.EtcdSnapshot += k.EtcdSnapshot
 	}
 	return s
 }

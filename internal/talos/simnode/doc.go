@@ -54,6 +54,18 @@
 //     node; Forwarded, on the control plane), so tests can assert that
 //     nothing dialled a cloud node's private address. Nodes of one World
 //     need distinct IPs to be routed to (the first node of an IP keeps it).
+//   - Upgrades (upgrade.go): ImageService.Pull and LifecycleService.Upgrade
+//     (install only, stage upgrading for InstallDelay; the next Reboot boots
+//     the new version, reported by Version, the runtime Version resource and
+//     the "schematic" ExtensionStatus), the legacy MachineService.Upgrade
+//     (reboots by itself; nodes before 1.13 have only this one), and
+//     FailUpgrade (pull fails, installer fails, never comes back until
+//     ClearFault/PowerOn). Kubernetes component versions follow the machine
+//     config (k8s APIServerConfig etc., StaticPodStatus, KubeletSpec), also
+//     after a no-reboot apply. EtcdSnapshot (deterministic pages of
+//     Options.EtcdSnapshotSize and etcd's sha256 trailer;
+//     TruncateEtcdSnapshot) and EtcdMemberList (the cluster's control
+//     planes that are up).
 //   - Test knobs: stage delays, FailBootstrap(n) (the next n Bootstrap calls
 //     answer FailedPrecondition "bootstrap is not available yet"),
 //     SetUnreachable (connections are accepted and dropped at once, and
@@ -63,14 +75,15 @@
 //
 // Kubernetes itself (no API server answers at the endpoint; the kubeconfig is
 // valid but leads nowhere), etcd membership (graceful reset does not cordon,
-// drain or leave anything), disks and the install itself, upgrades
-// (LifecycleService, Upgrade), routing by workers (real apid routes on every
+// drain or leave anything), disks and the install itself, drains and etcd
+// checks during upgrades, routing by workers (real apid routes on every
 // node; rezuscloud routes through control planes only, so a simulated
 // worker answers Unimplemented) and in maintenance mode (PermissionDenied, as
 // maintenance apid has no routing), one-to-many routing (metadata "nodes":
 // Unimplemented), removing a public address cutting the connections made
 // through it, events, logs,
-// services and etcd RPCs (Unimplemented), staged and try apply modes (applied
+// services and etcd RPCs other than the snapshot and member list
+// (Unimplemented), staged and try apply modes (applied
 // like no-reboot), config changes that need a reboot to take effect (the TLS
 // identity changes only at the next reboot), network black holes (an
 // unreachable node refuses quickly instead of timing out), and time: stage

@@ -48,6 +48,10 @@ type Options struct {
 	// (port 0 for a free one): the node's public or floating IP. The node
 	// answers on both; see also AddPublicAddr.
 	PublicAddr string
+	// EtcdSnapshotSize is the database size of an etcd snapshot in bytes
+	// (rounded up to 4 KiB pages; the stream adds etcd's 32-byte sha256
+	// trailer); default DefaultEtcdSnapshotSize.
+	EtcdSnapshotSize int64
 }
 
 // Counts is the record of calls a node received (attempts, whether or not
@@ -62,6 +66,7 @@ type Counts struct {
 	Reset         int
 	ResetGraceful int // Reset calls with graceful set
 	Halt          int // Reset calls that powered the machine off
+	Shutdown      int // Shutdown calls (shutdown.go)
 	Version       int
 	StateReads    int // COSI Get/List/Watch
 	Dropped       int // connections dropped while unreachable or down
@@ -70,6 +75,9 @@ type Counts struct {
 	DirectPrivate, DirectPublic int
 	Routed                      int // requests received through a control plane (node routing)
 	Forwarded                   int // requests this control plane forwarded to another node
+	Upgrade                     int // upgrade requests: LifecycleService.Upgrade and the legacy Upgrade
+	ImagePull                   int // ImageService.Pull calls
+	EtcdSnapshot                int // EtcdSnapshot calls
 }
 
 // Node is a simulated Talos node.
@@ -95,7 +103,8 @@ type Node struct {
 	unreachable bool    // test knob
 	gen         int     // lifecycle generation; sequences stop when it moves on
 	failBoot    int
-	failInstall int // maintenance applies whose install fails (back to maintenance)
+	failInstall int          // maintenance applies whose install fails (back to maintenance)
+	upg         upgradeState // upgrade.go
 	counts      Counts
 	closed      bool
 	public      []*publicListener
@@ -268,7 +277,7 @@ func (n *Node) SetUnreachable(on bool) {
 	old.stop()
 }
 
-// PoweredOff reports whether a reset halted the machine.
+// PoweredOff reports whether a reset halted the machine or it was shut down.
 func (n *Node) PoweredOff() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -281,10 +290,18 @@ func (n *Node) PoweredOff() bool {
 func (n *Node) PowerOn() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.upg.stuck && !n.closed {
+		n.unstickLocked() // upgrade.go
+		return
+	}
 	if !n.off || n.closed {
 		return
 	}
 	n.off = false
+	if n.cfg != nil { // shut down with its config (shutdown.go): boots into its cluster
+		n.sequenceLocked(n.rebootSteps()[2:]...)
+		return
+	}
 	n.sequenceLocked(step{delay: n.opts.BootDelay, do: func(n *Node) *server {
 		if err := n.enterMaintenanceLocked(); err != nil {
 			n.down = true
@@ -399,6 +416,7 @@ func (n *Node) initState() error {
 	if err := n.st.Create(ctx, rd); err != nil {
 		return fmt.Errorf("simnode: %w", err)
 	}
+	n.syncRuntimeLocked()        // upgrade.go: the runtime Version resource
 	return n.createHardware(ctx) // hardware.go
 }
 
@@ -412,6 +430,7 @@ func (n *Node) setStageLocked(s runtime.MachineStage, ready bool, unmet ...runti
 		ms.TypedSpec().Status.UnmetConditions = append([]runtime.UnmetCondition(nil), unmet...)
 		return nil
 	})
+	n.syncK8sLocked() // upgrade.go: a wiped config removes the Kubernetes resources
 }
 
 // enterMaintenanceLocked wipes the config and serves maintenance mode.
@@ -542,6 +561,9 @@ func (n *Node) rebootSteps() []step {
 		{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageRebooting, true); return nil }},
 		{delay: n.opts.RebootDelay, do: func(n *Node) *server { return n.goDownLocked() }},
 		{delay: n.opts.DownDelay, wait: n.haveServerIdentity, do: func(n *Node) *server {
+			if !n.bootInstalledLocked() { // upgrade.go: a node that does not come back
+				return nil
+			}
 			n.setStageLocked(runtime.MachineStageBooting, false, runtime.UnmetCondition{Name: "services", Reason: "kubelet is starting"})
 			n.down, n.secure = false, true
 			if err := n.startServerLocked(); err != nil {

@@ -43,6 +43,12 @@ const (
 	mStateGet   = "/cosi.resource.State/Get"
 	mStateList  = "/cosi.resource.State/List"
 	mStateWatch = "/cosi.resource.State/Watch"
+
+	mUpgrade          = "/machine.MachineService/Upgrade"
+	mEtcdSnapshot     = "/machine.MachineService/EtcdSnapshot"
+	mEtcdMemberList   = "/machine.MachineService/EtcdMemberList"
+	mImagePull        = "/machine.ImageService/Pull"
+	mLifecycleUpgrade = "/machine.LifecycleService/Upgrade"
 )
 
 // readOnly methods anyone with a valid identity may call (and anyone at all
@@ -56,6 +62,12 @@ var rolesFor = map[string][]role.Role{
 	mKubeconfig: {role.Admin},
 	mReset:      {role.Admin},
 	mReboot:     {role.Admin, role.Operator},
+
+	mUpgrade:          {role.Admin},
+	mImagePull:        {role.Admin},
+	mLifecycleUpgrade: {role.Admin},
+	mEtcdSnapshot:     {role.Admin, role.Operator},
+	mEtcdMemberList:   {role.Admin, role.Operator, role.Reader},
 }
 
 func newMaintenanceServer(n *Node) (*server, error) {
@@ -181,6 +193,8 @@ func newServer(n *Node, secure bool, tc *tls.Config) (*server, error) {
 		}),
 	)
 	machineapi.RegisterMachineServiceServer(g, ms)
+	machineapi.RegisterImageServiceServer(g, &imageServer{n: n})         // upgrade.go
+	machineapi.RegisterLifecycleServiceServer(g, &lifecycleServer{n: n}) // upgrade.go
 	cosiv1alpha1.RegisterStateServer(g, cosiserver.NewState(n.st))
 	return &server{grpc: g, lis: newChanListener(n.lis.Addr())}, nil
 }
@@ -214,6 +228,12 @@ func (s *machineServer) authorize(ctx context.Context, method string) error {
 		n.counts.Version++
 	case mStateGet, mStateList, mStateWatch:
 		n.counts.StateReads++
+	case mUpgrade, mLifecycleUpgrade:
+		n.counts.Upgrade++
+	case mImagePull:
+		n.counts.ImagePull++
+	case mEtcdSnapshot:
+		n.counts.EtcdSnapshot++
 	}
 	n.mu.Unlock()
 	return s.check(ctx, method)
@@ -342,6 +362,7 @@ func (n *Node) setConfigLocked(cfg config.Provider, data []byte) {
 	} else {
 		n.world.join(cfg, n) // a control-plane config may bring the CA key
 	}
+	n.syncK8sLocked() // upgrade.go: component versions follow the config
 }
 
 func (s *machineServer) Bootstrap(context.Context, *machineapi.BootstrapRequest) (*machineapi.BootstrapResponse, error) {
@@ -502,7 +523,7 @@ func (s *machineServer) Version(context.Context, *emptypb.Empty) (*machineapi.Ve
 	}
 	return &machineapi.VersionResponse{Messages: []*machineapi.Version{{
 		Version: &machineapi.VersionInfo{
-			Tag: s.n.opts.TalosVersion, Sha: "simnode", GoVersion: goVersion, Os: "linux", Arch: "amd64",
+			Tag: s.n.TalosVersion(), Sha: "simnode", GoVersion: goVersion, Os: "linux", Arch: "amd64",
 		},
 		Platform: &machineapi.PlatformInfo{Name: "metal", Mode: mode},
 	}}}, nil

@@ -90,6 +90,7 @@ type Server struct {
 
 	registry registry
 	commands []Command
+	states   states // get_states and service hooks (states.go)
 }
 
 type listener struct {
@@ -484,7 +485,7 @@ func (s *Server) handle(c *conn, raw []byte) {
 	case "call_service":
 		s.callService(c, id, msg.Domain, msg.Service, msg.ServiceData, msg.Target)
 	default:
-		if !s.handleRegistry(c, id, msg.Type, raw) {
+		if !s.handleRegistry(c, id, msg.Type, raw) && !s.handleStates(c, id, msg.Type) {
 			c.fail(id, "unknown_command", "Unknown command.")
 		}
 	}
@@ -503,6 +504,7 @@ func (s *Server) callService(c *conn, id int64, domain, service string, data, ta
 		c.fail(id, fail.Code, fail.Message)
 		return
 	}
+	s.serviceEffect(ServiceCall{Domain: domain, Service: service, ServiceData: data, Target: target}) // states.go
 	if domain == "persistent_notification" {
 		var d struct {
 			NotificationID string `json:"notification_id"`

@@ -17,6 +17,7 @@
 package simcloud
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -67,7 +68,9 @@ type Hooks struct {
 	ServerActive func(s Server) error
 	// FloatingIPAssociated is called when a floating IP is associated with a
 	// port (of a server, if it has one) and with "" when disassociated. For a
-	// port without a server, s holds only FixedIP and FloatingIP.
+	// port without a server, s holds only FixedIP and FloatingIP; it is
+	// called again, with the server, when a server is created on a port that
+	// already has a floating IP (before ServerActive).
 	FloatingIPAssociated func(s Server, floatingIP string)
 	// ServerDeleted is called after a server is deleted.
 	ServerDeleted func(s Server)
@@ -446,10 +449,17 @@ func randomToken() string {
 	return "gAAAA" + hex.EncodeToString(b)
 }
 
-// ServeHTTP routes a request to its service.
+// ServeHTTP routes a request to its service. The answer is buffered and
+// sent once the handler and the hooks it queued are done, so that a client
+// never sees an answer before the hooks have run.
 func (c *Cloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	rec := &bufferedWriter{header: http.Header{}, status: http.StatusOK}
 	c.route(rec, r)
+	for k, v := range rec.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.status)
+	_, _ = w.Write(rec.body.Bytes())
 	if c.opts.Logf != nil {
 		c.opts.Logf("simcloud: %s %s -> %d", r.Method, r.URL.RequestURI(), rec.status)
 	}
@@ -491,14 +501,25 @@ func (c *Cloud) route(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
+// bufferedWriter holds an answer until ServeHTTP sends it.
+type bufferedWriter struct {
+	header      http.Header
+	status      int
+	wroteHeader bool
+	body        bytes.Buffer
 }
 
-func (s *statusRecorder) WriteHeader(code int) {
-	s.status = code
-	s.ResponseWriter.WriteHeader(code)
+func (b *bufferedWriter) Header() http.Header { return b.header }
+
+func (b *bufferedWriter) WriteHeader(code int) {
+	if !b.wroteHeader {
+		b.status, b.wroteHeader = code, true
+	}
+}
+
+func (b *bufferedWriter) Write(p []byte) (int, error) {
+	b.wroteHeader = true
+	return b.body.Write(p)
 }
 
 func (c *Cloud) notImplemented(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/power"
+	"github.com/rezuscloud/rezuscloud/internal/redfish"
+	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/tenant"
+)
+
+// PowerOptions are what the power controllers of metal machines are made
+// with (DESIGN.md §10.5); Wake-on-LAN uses Options.Wake.
+type PowerOptions struct {
+	// HA is Home Assistant for entity power (power.FromWS over the
+	// WebSocket client); nil when no WebSocket API is configured.
+	HA power.HA
+	// Redfish holds the BMC credentials (Insecure comes per machine).
+	Redfish redfish.Options
+	// GracePeriod and PollInterval of Redfish Off (power.Deps).
+	GracePeriod, PollInterval time.Duration
+	// ShutdownTimeout bounds the wait for a node to stop answering after a
+	// shutdown, and to answer after power on (default NodeTimeout).
+	ShutdownTimeout time.Duration
+}
+
+// Power states a Power command takes.
+const (
+	PowerOn  = "on"
+	PowerOff = "off"
+)
+
+// controller is the power controller of a metal machine.
+func (e *Engine) controller(m *tenant.Machine) (power.Controller, power.Spec, error) {
+	spec, err := power.Parse(m.Power, m.MAC)
+	if err != nil {
+		return nil, spec, err
+	}
+	rf := e.opts.Power.Redfish
+	rf.Insecure = m.RedfishInsecure
+	c, err := power.New(spec, power.Deps{MAC: m.MAC, SendWOL: e.opts.Wake, HA: e.opts.Power.HA, Redfish: rf,
+		GracePeriod: e.opts.Power.GracePeriod, PollInterval: e.opts.Power.PollInterval})
+	return c, spec, err
+}
+
+// canPowerOff reports whether a removed machine is halted (and switched
+// off) rather than rebooted into maintenance: whenever something can power
+// it on again.
+func (e *Engine) canPowerOff(m *tenant.Machine) bool {
+	if m == nil {
+		return false
+	}
+	c, spec, err := e.controller(m)
+	if err != nil || c == nil || spec.Kind == power.KindNone {
+		return false
+	}
+	return spec.Kind != power.KindWOL || e.opts.Wake != nil
+}
+
+// Power switches a provisioned metal node on or off. Off is a Talos
+// shutdown, a wait until the node stops answering, then the machine's
+// controller (switch off, Redfish GracefulShutdown); on is the controller,
+// then a wait until the node answers. A controller that cannot be used (no
+// such entity, no WebSocket link, a BMC that refuses the credentials) is
+// refused before anything is shut down.
+func (e *Engine) Power(ctx context.Context, name, node, state string) (any, error) {
+	if state != PowerOn && state != PowerOff {
+		return nil, fmt.Errorf("power %q: want \"on\" or \"off\"", state)
+	}
+	ts, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ts.target(node); !ok {
+		return nil, fmt.Errorf("tenant %s: node %q is not provisioned", name, node)
+	}
+	t, _ := ts.snapshot()
+	m := machineOf(t, node)
+	if m == nil {
+		return nil, fmt.Errorf("tenant %s: node %s is not a metal machine: only metal machines are powered", name, node)
+	}
+	c, spec, err := e.controller(m)
+	if err != nil {
+		return nil, fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
+	}
+	if state == PowerOn && spec.Kind == power.KindNone {
+		return nil, fmt.Errorf("node %s (%s): %w", node, m.Address, power.ErrManual)
+	}
+	if _, err := c.State(ctx); err != nil { // the entity exists, the BMC lets us in
+		return nil, fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
+	}
+	op := "power_on"
+	if state == PowerOff {
+		op = "power_off"
+	}
+	return e.queued(e.enqueue(name, op, &opArgs{node: node}))
+}
+
+// powerOff runs a Power off: Talos shutdown, wait, controller Off.
+func (ts *tstate) powerOff(ctx context.Context, node string) (string, error) {
+	e := ts.e
+	target, m, c, tc, err := ts.powerTarget(node)
+	if err != nil {
+		return "", err
+	}
+	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageShuttingDown, false })
+	if err := talos.Shutdown(ctx, target, tc); err != nil {
+		return "", fmt.Errorf("node %s: %w", node, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
+	err = talos.WaitGone(wctx, target, tc, 250*time.Millisecond)
+	cancel()
+	if err != nil {
+		return "", err
+	}
+	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageUnreachable, false })
+	if err := c.Off(ctx); err != nil {
+		return "", fmt.Errorf("node %s (%s) is shut down, but powering it off failed: %w", node, m.Address, err)
+	}
+	e.poller.Trigger(pollKey(ts.name, node))
+	return fmt.Sprintf("node %s is shut down and powered off", node), nil
+}
+
+// powerOn runs a Power on: controller On, wait until the node answers.
+func (ts *tstate) powerOn(ctx context.Context, node string) (string, error) {
+	e := ts.e
+	target, m, c, tc, err := ts.powerTarget(node)
+	if err != nil {
+		return "", err
+	}
+	if err := c.On(ctx); err != nil {
+		return "", fmt.Errorf("node %s (%s): %w", node, m.Address, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
+	err = talos.WaitAnswering(wctx, target, tc, 250*time.Millisecond)
+	cancel()
+	if err != nil {
+		return "", err
+	}
+	e.poller.Trigger(pollKey(ts.name, node))
+	return fmt.Sprintf("node %s is powered on and answers", node), nil
+}
+
+func (ts *tstate) powerTarget(node string) (talos.Target, *tenant.Machine, power.Controller, []byte, error) {
+	target, ok := ts.target(node)
+	if !ok {
+		return talos.Target{}, nil, nil, nil, fmt.Errorf("node %s is not provisioned", node)
+	}
+	t, _ := ts.snapshot()
+	m := machineOf(t, node)
+	if m == nil {
+		return talos.Target{}, nil, nil, nil, fmt.Errorf("node %s is not a metal machine", node)
+	}
+	c, _, err := ts.e.controller(m)
+	if err != nil {
+		return talos.Target{}, nil, nil, nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	tc, err := os.ReadFile(ts.e.talosconfigPath(ts.name))
+	if err != nil {
+		return talos.Target{}, nil, nil, nil, fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
+	}
+	return target, m, c, tc, nil
+}
+
+func (e *Engine) shutdownTimeout() time.Duration {
+	if d := e.opts.Power.ShutdownTimeout; d > 0 {
+		return d
+	}
+	return e.opts.NodeTimeout
+}
+
+// afterHalt powers a machine off once a graceful reset with halt has
+// stopped it answering (a scale-down), through its controller. Wake-on-LAN
+// has nothing to do.
+func (ts *tstate) afterHalt(ctx context.Context, node string, target talos.Target, m *tenant.Machine, tc []byte) {
+	e := ts.e
+	c, spec, err := e.controller(m)
+	if err != nil || spec.Kind == power.KindWOL || spec.Kind == power.KindNone {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
+	err = talos.WaitGone(wctx, target, tc, 250*time.Millisecond)
+	cancel()
+	if err == nil {
+		err = c.Off(ctx)
+	}
+	if err != nil {
+		e.log.Warn("powering off a removed machine", zap.String("node", node), zap.String("power", spec.String()), zap.Error(err))
+		return
+	}
+	e.log.Info("removed machine powered off", zap.String("node", node), zap.String("power", spec.String()))
+}
+
+// wakeMachine powers on a machine that does not answer while it is being
+// configured (a scale-up). Wake-on-LAN is sent again every WakeInterval;
+// any other controller is asked once per call of configureNode (woken
+// non-zero), since a button toggles.
+func (ts *tstate) wakeMachine(ctx context.Context, node, mac string, woken *time.Time) {
+	e := ts.e
+	t, _ := ts.snapshot()
+	m := machineOf(t, node)
+	if m == nil && mac != "" {
+		m = &tenant.Machine{MAC: mac}
+	}
+	if m == nil {
+		return
+	}
+	c, spec, err := e.controller(m)
+	if err != nil || spec.Kind == power.KindNone || (spec.Kind == power.KindWOL && e.opts.Wake == nil) {
+		return
+	}
+	if spec.Kind == power.KindWOL {
+		if time.Since(*woken) < e.opts.WakeInterval {
+			return
+		}
+	} else if !woken.IsZero() {
+		return
+	}
+	*woken = time.Now()
+	if err := c.On(ctx); err != nil {
+		e.log.Warn("powering on a machine that does not answer", zap.String("node", node), zap.String("power", spec.String()), zap.Error(err))
+		return
+	}
+	e.log.Info("powered on a machine that does not answer", zap.String("node", node), zap.String("power", spec.String()))
+}
