@@ -2,9 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/cloudsim"
+	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 )
 
 // BenchmarkApplyToRunning measures, through the real binary, the time from
@@ -49,4 +54,50 @@ func BenchmarkApplyToRunning(b *testing.B) {
 			b.ReportMetric(rssKB/float64(b.N)/1024, "idle-RSS-MiB")
 		})
 	}
+}
+
+// BenchmarkFleetIdle: the binary with 20 cloud tenants of 10 nodes each (221
+// devices) announced and idle; it reports the time from the process start
+// to the last device's discovery and the resident memory once idle.
+func BenchmarkFleetIdle(b *testing.B) {
+	var rssKB, anonKB, announce float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		e := newEnv(b, envOptions{tenant: "t00", machines: 1, workers: 0, logLevel: "info"})
+		for t := 0; t < 20; t++ {
+			name := fmt.Sprintf("t%02d", t)
+			file := cloudsim.TenantFile(name, simnode.DefaultTalosVersion, 1, 9, false)
+			if err := os.WriteFile(filepath.Join(e.tenantsDir, name+".toml"), []byte(file), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		mark := e.start()
+		last := e.discTopic(base + "_t19_workers-9")
+		e.cap.wait(e.proc, startTimeout, "all 221 devices announced", func() bool {
+			n := 0
+			for _, m := range e.cap.since(mark) {
+				if strings.HasPrefix(m.Topic, prefix+"/device/") && len(m.Payload) > 0 {
+					n++
+				}
+			}
+			_, ok := e.cap.lastMsg(last)
+			return ok && n >= 221
+		})
+		announce += time.Since(start).Seconds()
+		// idle: measured after the first node poll interval has passed
+		// with nothing to do (a measurement window, not synchronisation)
+		time.Sleep(5 * time.Second)
+		kb, err := vmRSS(e.proc.pid())
+		if err != nil {
+			b.Fatalf("VmRSS: %v", err)
+		}
+		rssKB += float64(kb)
+		a, _ := procStatus(e.proc.pid(), "RssAnon")
+		anonKB += float64(a)
+		e.stop()
+	}
+	b.ReportMetric(announce/float64(b.N), "s-to-announced")
+	b.ReportMetric(rssKB/float64(b.N)/1024, "idle-RSS-MiB")
+	b.ReportMetric(anonKB/float64(b.N)/1024, "idle-anon-MiB")
 }

@@ -239,17 +239,21 @@ func (p *proc) waitStdout(d time.Duration, what string, find func(string) (strin
 }
 
 // vmRSS reads the resident set size of the process in kB.
-func vmRSS(pid int) (int, error) {
+func vmRSS(pid int) (int, error) { return procStatus(pid, "VmRSS") }
+
+// procStatus reads one kB field of /proc/<pid>/status (VmRSS, RssAnon,
+// RssFile).
+func procStatus(pid int, field string) (int, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 		}
 	}
-	return 0, errors.New("no VmRSS")
+	return 0, errors.New("no " + field)
 }
 
 // childrenNamed lists the pids of processes whose parent is ppid and whose

@@ -19,6 +19,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
 	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/memtrim"
 	"github.com/rezuscloud/rezuscloud/internal/power"
 	"github.com/rezuscloud/rezuscloud/internal/redfish"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -235,6 +236,18 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		log.Info("no Home Assistant WebSocket API configured: automations use the MQTT request API")
 	}
 
+	// once everything is announced, give back the memory start-up used
+	// (most of it the executable's pages touched once by package init)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_ = bridge.Sync(sctx)
+		if n, err := memtrim.Trim(); err != nil {
+			log.Debug("memory not trimmed", zap.Error(err))
+		} else {
+			log.Debug("memory trimmed after start-up", zap.Int64("mapped_bytes", n))
+		}
+	}()
 	if hooks.started != nil {
 		hooks.started(eng)
 	}

@@ -120,7 +120,7 @@ func TestSwitchPower(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.wait(t, "powered on", long, func(r *recorder) bool { return r.succeeded("power_on") == 1 })
-	r.wait(t, "running again", long, func(r *recorder) bool { return r.nstatus["lab/"+node].Stage == tenant.StageRunning })
+	r.wait(t, "running again", long, func(r *recorder) bool { return r.nstatus[node].Stage == tenant.StageRunning })
 
 	// scale down: graceful reset with halt, then the switch goes off
 	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
