@@ -68,7 +68,7 @@ func TestE2ELifecycle(t *testing.T) {
 	applyTopic := commandTopic(t, disc, "apply")
 	countTopic := commandTopic(t, disc, "workers_count")
 	if applyTopic != "rezuscloud/lab/apply" || countTopic != "rezuscloud/lab/workers/count/set" {
-		t.Errorf("command topics %q, %q; DESIGN.md §4 says rezuscloud/lab/apply, rezuscloud/lab/workers/count/set", applyTopic, countTopic)
+		t.Errorf("command topics %q, %q; docs/design.md §4 says rezuscloud/lab/apply, rezuscloud/lab/workers/count/set", applyTopic, countTopic)
 	}
 
 	t.Run("apply", func(t *testing.T) {

@@ -492,7 +492,7 @@ func mqttClient(tb testing.TB, brokerURL string) mqtt.Client {
 }
 
 // ---------------------------------------------------------------------------
-// documents (DESIGN.md §4)
+// documents (docs/design.md §4)
 
 type pendingDoc struct {
 	Add     int `json:"add"`

@@ -1,5 +1,5 @@
 // Package config reads rezuscloud's configuration: the standalone TOML file
-// of DESIGN.md §2, or, in add-on mode, the options Home Assistant's
+// of docs/design.md §2, or, in add-on mode, the options Home Assistant's
 // Supervisor writes to /data/options.json plus the MQTT credentials the
 // Supervisor hands out. Secrets are of type Secret, which never prints.
 package config
@@ -50,7 +50,7 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // UnmarshalText reads a secret from TOML.
 func (s *Secret) UnmarshalText(b []byte) error { *s = Secret(b); return nil }
 
-// Config is the whole configuration (DESIGN.md §2, contract).
+// Config is the whole configuration (docs/design.md §2, contract).
 type Config struct {
 	DataDir       string        `toml:"data_dir"`
 	TenantsDir    string        `toml:"tenants_dir"`
@@ -93,7 +93,7 @@ type HomeAssistant struct {
 }
 
 // Discovery finds Talos machines in maintenance mode on the LAN
-// (DESIGN.md §10.4); off while CIDRs is empty.
+// (docs/design.md §10.4); off while CIDRs is empty.
 type Discovery struct {
 	// CIDRs are the ranges scanned: private, link-local or loopback, each
 	// at most a /22 (discovery.ParseCIDR).
@@ -146,7 +146,7 @@ type OpenStackCredentials struct {
 	Region            string `toml:"region"`
 }
 
-// Default is the configuration with every default of DESIGN.md §2.
+// Default is the configuration with every default of docs/design.md §2.
 func Default() Config {
 	return Config{
 		DataDir:    "/data",

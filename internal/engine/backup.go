@@ -16,7 +16,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// etcd backups (DESIGN.md §10.3): a snapshot from a control plane through
+// etcd backups (docs/design.md §10.3): a snapshot from a control plane through
 // the Talos API, written atomically and 0600 to
 // <data_dir>/backups/<tenant>/etcd-<UTC yyyymmddThhmmssZ>.snapshot; only
 // the newest etcd_backup_keep remain. Taken every etcd_backup_interval,

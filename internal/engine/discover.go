@@ -19,7 +19,7 @@ import (
 )
 
 // DiscoveryOptions configure the scans for Talos machines in maintenance
-// mode (DESIGN.md §10.4).
+// mode (docs/design.md §10.4).
 type DiscoveryOptions struct {
 	// CIDRs are the ranges scanned (discovery.ParseCIDR); none: off.
 	CIDRs []string

@@ -15,7 +15,7 @@ import (
 )
 
 // PowerOptions are what the power controllers of metal machines are made
-// with (DESIGN.md §10.5); Wake-on-LAN uses Options.Wake.
+// with (docs/design.md §10.5); Wake-on-LAN uses Options.Wake.
 type PowerOptions struct {
 	// HA is Home Assistant for entity power (power.FromWS over the
 	// WebSocket client); nil when no WebSocket API is configured.

@@ -9,7 +9,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// How nodes are reached (DESIGN.md §10.1): metal machines and cloud nodes
+// How nodes are reached (docs/design.md §10.1): metal machines and cloud nodes
 // with an address of their own are dialled directly; a cloud node with only
 // a private address is reached through the control planes that have a
 // public one (and the endpoint's host), naming the node in the request, as

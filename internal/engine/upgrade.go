@@ -20,7 +20,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// Rolling upgrades (DESIGN.md §10.2). The file's talos_version and
+// Rolling upgrades (docs/design.md §10.2). The file's talos_version and
 // kubernetes_version are targets; the record's versions are what the
 // machine configs are made with. A rollout moves one node at a time,
 // control planes first, stops at the first failure and never retries by

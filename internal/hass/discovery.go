@@ -12,7 +12,7 @@ import (
 const Manufacturer = "rezuscloud"
 
 // discoveryPayload renders one device's discovery message (device-based
-// discovery, DESIGN.md §4). Callers hold b.mu.
+// discovery, docs/design.md §4). Callers hold b.mu.
 func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Node) []byte {
 	id := b.topics.deviceID(k, r)
 	dev := map[string]any{

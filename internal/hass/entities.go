@@ -102,7 +102,7 @@ var (
 
 func onOff(field string) string { return fmt.Sprintf(onOffString, field) }
 
-// entities is the table (DESIGN.md §4).
+// entities is the table (docs/design.md §4).
 var entities = []entity{
 	// bridge
 	{kind: kindBridge, key: "connection", platform: "binary_sensor", name: "Connection state",

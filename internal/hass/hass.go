@@ -1,5 +1,5 @@
 // Package hass connects rezuscloud to Home Assistant over MQTT
-// (DESIGN.md §4): device-based discovery for the bridge, every tenant and
+// (docs/design.md §4): device-based discovery for the bridge, every tenant and
 // every node, one retained JSON state document per device, availability with
 // a last will, republishing on Home Assistant's birth message and on every
 // reconnect, clean-up of stale retained discovery, entity commands and the

@@ -12,7 +12,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// Machines found on the LAN (DESIGN.md §10.4) are devices of their own,
+// Machines found on the LAN (docs/design.md §10.4) are devices of their own,
 // <base>_machine_<mac without colons>, until a tenant file declares them
 // (the engine then stops listing them) or three scans miss them. Their
 // "Cluster group" select offers every metal group as "<tenant>/<group>"

@@ -20,7 +20,7 @@ import (
 // MaxPayload is the largest command or request payload accepted (64 KiB).
 const MaxPayload = 64 << 10
 
-// Request actions (DESIGN.md §4, contract; auto_apply and log_level are
+// Request actions (docs/design.md §4, contract; auto_apply and log_level are
 // additions that mirror the switch and the select).
 const (
 	ActionApply     = "apply"

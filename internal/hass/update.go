@@ -9,7 +9,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// The "Talos" and "Kubernetes" update entities of a tenant (DESIGN.md
+// The "Talos" and "Kubernetes" update entities of a tenant (docs/design.md
 // §10.2, ha-native.md §3): installed_version is the lowest version the
 // nodes report (never the file's), latest_version the file's target,
 // in_progress and update_percentage follow a rollout, Install (payload

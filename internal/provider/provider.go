@@ -42,7 +42,7 @@ import (
 // Stage selects which part of a tenant a render holds.
 type Stage string
 
-// Stages. See DESIGN.md §5 "render in two steps".
+// Stages. See docs/design.md §5 "render in two steps".
 const (
 	// StageFull is the whole tenant: the network part plus one machine per
 	// node, each carrying its machine config. The zero Stage means StageFull.

@@ -1,7 +1,7 @@
 // Package talos does rezuscloud's Talos work with the machinery library:
 // the per-tenant secrets bundle, machine configs and talosconfig, the Talos
 // API operations of the provisioning flows (apply, bootstrap, kubeconfig,
-// reboot, reset) and node status polling (DESIGN.md §6).
+// reboot, reset) and node status polling (docs/design.md §6).
 //
 // Secrets: LoadOrCreateSecrets keeps one bundle per tenant in
 // <data dir>/secrets.yaml (0600, written atomically) and refuses to create
@@ -16,13 +16,13 @@
 // nodes with an address of their own) or a Route: control-plane endpoints
 // in order of preference plus the node's private IP, named in every request
 // (client.WithNode) so that the control plane's apid forwards it, as
-// `talosctl -e <endpoint> -n <ip>` does (DESIGN.md §10.1). An endpoint that
+// `talosctl -e <endpoint> -n <ip>` does (docs/design.md §10.1). An endpoint that
 // does not answer passes the call to the next; an error the control plane
 // answers for the routed node does not. ApplyMaintenance talks to nodes in
 // maintenance mode directly (insecure TLS, like talosctl --insecure;
 // maintenance has no routing); everything else uses mTLS. Bootstrap and WaitSecure retry with backoff until their
 // context ends. Status maps the MachineStatus resource to the node stages
-// of DESIGN.md §4: a node that does not answer is in stage unreachable (not
+// of docs/design.md §4: a node that does not answer is in stage unreachable (not
 // an error), and Ready only ever holds in stage running.
 //
 // Poller polls many nodes with bounded concurrency, a time limit per poll

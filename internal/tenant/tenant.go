@@ -1,7 +1,7 @@
 // Package tenant holds rezuscloud's domain types: a tenant (one Talos
 // Kubernetes cluster), its node groups, the machines and nodes they declare,
 // and the status model that Home Assistant shows. It also decodes and
-// validates tenant files and keeps the tenant store (see DESIGN.md §3).
+// validates tenant files and keeps the tenant store (see docs/design.md §3).
 //
 // It depends on nothing of the outside world but the TOML decoder and
 // machinery's version tables.
@@ -127,7 +127,7 @@ type Node struct {
 	Machine *Machine `json:"machine,omitempty"`
 }
 
-// Backup defaults (DESIGN.md §10.3).
+// Backup defaults (docs/design.md §10.3).
 const (
 	DefaultBackupInterval = 24 * time.Hour
 	DefaultBackupKeep     = 7
@@ -221,7 +221,7 @@ func CountBounds(r Role) (lo, hi int) {
 	return 0, 100
 }
 
-// Phase is a tenant's lifecycle phase (DESIGN.md §4).
+// Phase is a tenant's lifecycle phase (docs/design.md §4).
 type Phase string
 
 // Phases.
@@ -242,7 +242,7 @@ const (
 var Phases = []Phase{PhaseAbsent, PhasePlanned, PhaseProvisioning, PhaseBootstrapping, PhaseRunning,
 	PhaseDegraded, PhaseUpgrading, PhaseDestroying, PhaseFailed, PhaseOrphaned}
 
-// Stage is a node's lifecycle stage (DESIGN.md §4).
+// Stage is a node's lifecycle stage (docs/design.md §4).
 type Stage string
 
 // Stages.
@@ -303,7 +303,7 @@ type OperationEvent struct {
 	At       time.Time     `json:"at"`
 }
 
-// Status is a tenant's state document (DESIGN.md §4, contract).
+// Status is a tenant's state document (docs/design.md §4, contract).
 type Status struct {
 	Phase             Phase            `json:"phase"`
 	NodesReady        int              `json:"nodes_ready"`
@@ -343,7 +343,7 @@ type BackupInfo struct {
 	File string    `json:"file"`
 }
 
-// NodeStatus is a node's state document (DESIGN.md §4, contract).
+// NodeStatus is a node's state document (docs/design.md §4, contract).
 type NodeStatus struct {
 	Stage   Stage  `json:"stage"`
 	Ready   bool   `json:"ready"`

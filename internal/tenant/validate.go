@@ -18,7 +18,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/power"
 )
 
-// MaxNameLen bounds tenant and group names (DESIGN.md §3).
+// MaxNameLen bounds tenant and group names (docs/design.md §3).
 const MaxNameLen = 40
 
 var (
@@ -75,7 +75,7 @@ func CheckVersions(talos, kubernetes string) (talosErr, kubeErr error) {
 	return nil, nil
 }
 
-// validate checks every rule of DESIGN.md §3 that one file can check alone.
+// validate checks every rule of docs/design.md §3 that one file can check alone.
 // pos tells which keys the file sets.
 func (t *Tenant) validate(pos posMap) []violation {
 	var vs []violation

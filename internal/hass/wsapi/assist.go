@@ -42,7 +42,7 @@ type AssistOptions struct {
 }
 
 // Assist keeps Home Assistant's Assist exposure and entity aliases of
-// rezuscloud's entities in step with the assist_expose option (DESIGN.md
+// rezuscloud's entities in step with the assist_expose option (docs/design.md
 // §10.7). Entities are named by unique id; their entity ids (which users
 // may rename) are looked up in HA's entity registry on every sync. It
 // syncs when Run starts, when the entities change, on every (re)connection

@@ -71,7 +71,7 @@ type outItem struct {
 
 // Response is the shape of the answers the link makes itself (bad event
 // data, a full queue, a handler panic); the handler's own answers have the
-// same shape (DESIGN.md §4: status, data, error, transaction).
+// same shape (docs/design.md §4: status, data, error, transaction).
 type Response struct {
 	Status      string `json:"status"`
 	Data        any    `json:"data"`
