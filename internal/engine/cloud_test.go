@@ -27,6 +27,12 @@ type cloudFixture struct {
 }
 
 func newCloudFixture(t *testing.T, cps, workers int) *cloudFixture {
+	return newCloudFixtureB(t, cps, workers)
+}
+
+// newCloudFixtureB is newCloudFixture for tests and benchmarks; stage
+// delays are short for tests and off for benchmarks.
+func newCloudFixtureB(t testing.TB, cps, workers int) *cloudFixture {
 	t.Helper()
 	bin, rc := testenv.Tofu(t)
 	if rc == "" {
@@ -34,8 +40,7 @@ func newCloudFixture(t *testing.T, cps, workers int) *cloudFixture {
 	}
 	cloud, err := cloudsim.Start(context.Background(), cloudsim.Options{
 		Cloud: simcloud.Options{Password: cloudPassword},
-		Node: simnode.Options{InstallDelay: 20 * time.Millisecond, RebootDelay: 20 * time.Millisecond,
-			DownDelay: 50 * time.Millisecond, BootDelay: 20 * time.Millisecond, ResetDelay: 20 * time.Millisecond},
+		Node:  cloudDelays(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +67,14 @@ func newCloudFixture(t *testing.T, cps, workers int) *cloudFixture {
 	}
 	f.start()
 	return &cloudFixture{fixture: f, cloud: cloud}
+}
+
+func cloudDelays(t testing.TB) simnode.Options {
+	if _, bench := t.(*testing.B); bench {
+		return simnode.Options{}
+	}
+	return simnode.Options{InstallDelay: 20 * time.Millisecond, RebootDelay: 20 * time.Millisecond,
+		DownDelay: 50 * time.Millisecond, BootDelay: 20 * time.Millisecond, ResetDelay: 20 * time.Millisecond}
 }
 
 // An OpenStack tenant from nothing to running and back to nothing: the
@@ -259,4 +272,35 @@ func TestCloudFailures(t *testing.T) {
 			t.Fatalf("apply with the API down: %s: %s", ev.Result, ev.Message)
 		}
 	})
+}
+
+// BenchmarkCloudApply: Apply → running for an OpenStack tenant of 1 + 2 and
+// 3 + 5 nodes on the stand-in cloud (stage delays off), with the time spent
+// in tofu; the destroy between iterations is not timed.
+func BenchmarkCloudApply(b *testing.B) {
+	for _, size := range []struct{ cps, workers int }{{1, 2}, {3, 5}} {
+		b.Run(fmt.Sprintf("nodes=%d+%d", size.cps, size.workers), func(b *testing.B) {
+			var total, inTofu time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				f := newCloudFixtureB(b, size.cps, size.workers)
+				start := time.Now()
+				b.StartTimer()
+				if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+					b.Fatal(err)
+				}
+				f.rec.wait(b, "running", long, func(r *recorder) bool {
+					return phaseIs(tenant.PhaseRunning)(r) && r.status["lab"].NodesReady == size.cps+size.workers
+				})
+				b.StopTimer()
+				total += time.Since(start)
+				ts, _ := f.eng.get("lab")
+				ts.mu.Lock()
+				inTofu += ts.lastTofu
+				ts.mu.Unlock()
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/apply")
+			b.ReportMetric(inTofu.Seconds()/float64(b.N), "s-in-tofu/apply")
+		})
+	}
 }
