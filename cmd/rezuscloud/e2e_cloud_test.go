@@ -241,7 +241,7 @@ func TestE2ECloudKilled(t *testing.T) {
 	// the state; the orphan finishes its create when the hook lets it
 	mark := e.cap.mark()
 	e.proc = startProc(t, "rezuscloud run", nil, "run", "--config", e.cfgPath)
-	e.proc.waitLog(startTimeout, "stopping a tofu left running by the previous add-on")
+	e.proc.waitLog(startTimeout, "waiting for a tofu left running by the previous add-on to finish")
 	close(release)
 	e.cap.wait(e.proc, startTimeout, "online again with the tenant's state", func() bool {
 		var on, st bool

@@ -39,6 +39,11 @@ func (r *Runner) Recover(ctx context.Context, tenant string) error {
 	defer w.mu.Unlock()
 	log := r.log.With(zap.String("tenant", tenant))
 	if p, ok := w.readProcRecord(); ok {
+		if p.alive() && r.cfg.FinishGrace > 0 {
+			log.Warn("waiting for a tofu left running by the previous add-on to finish", zap.Int("pid", p.PID),
+				zap.String("command", p.Op), zap.Time("started", p.Started), zap.Duration("finish", r.cfg.FinishGrace))
+			waitGone(ctx, p, r.cfg.FinishGrace, r.pollInterval())
+		}
 		if p.alive() {
 			log.Warn("stopping a tofu left running by the previous add-on", zap.Int("pid", p.PID),
 				zap.String("command", p.Op), zap.Time("started", p.Started), zap.Duration("grace", r.cfg.GracePeriod))

@@ -120,6 +120,13 @@ type Config struct {
 	// GracePeriod is how long a cancelled tofu gets between SIGINT and
 	// SIGKILL (DefaultGracePeriod when 0).
 	GracePeriod time.Duration
+	// FinishGrace is how long an apply or destroy that is stopped by a
+	// shutdown (its context cancelled with ErrShutdown), or that a previous
+	// add-on left running (Recover), may run on before it gets SIGINT. An
+	// interrupted cloud provider aborts the requests in flight: a server
+	// the cloud created but tofu never heard of is a leaked instance and a
+	// port "still in use" at the next apply. 0: SIGINT at once.
+	FinishGrace time.Duration
 	// Timeout limits each command (DefaultTimeout when 0).
 	Timeout time.Duration
 	// KeepVersions is how many state versions are kept per tenant
@@ -150,6 +157,11 @@ type Runner struct {
 
 	inits atomic.Int64 // `init` runs, for tests
 }
+
+// ErrShutdown is the cause a caller cancels a command's context with when
+// the add-on stops (not the user): an apply or destroy then gets
+// Config.FinishGrace to finish before it is interrupted.
+var ErrShutdown = errors.New("rezuscloud is stopping")
 
 // Sentinel causes; a command's *Error matches them with errors.Is.
 var (
@@ -708,13 +720,34 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 	// when it has not exited after the grace period (WaitDelay), and its
 	// group is killed below.
 	var interrupted atomic.Bool
+	finished := make(chan struct{}) // closed when run returns
+	defer close(finished)
+	finish := time.Duration(0)
+	if op == "apply" || op == "destroy" {
+		finish = r.cfg.FinishGrace
+	}
 	cmd.Cancel = func() error {
 		interrupted.Store(true)
+		if finish > 0 && errors.Is(context.Cause(ctx), ErrShutdown) {
+			r.log.Info("rezuscloud is stopping: letting tofu finish before it is interrupted", zap.String("tenant", w.name),
+				zap.String("command", op), zap.Duration("finish", finish), zap.Duration("grace", r.cfg.GracePeriod))
+			go func() {
+				t := time.NewTimer(finish)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					r.log.Info("interrupting tofu", zap.String("tenant", w.name), zap.String("command", op))
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+				case <-finished:
+				}
+			}()
+			return nil
+		}
 		r.log.Info("interrupting tofu", zap.String("tenant", w.name), zap.String("command", op),
 			zap.Duration("grace", r.cfg.GracePeriod), zap.Error(context.Cause(ctx)))
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 	}
-	cmd.WaitDelay = r.cfg.GracePeriod
+	cmd.WaitDelay = r.cfg.GracePeriod + finish
 
 	// A streaming command writes into files in the work dir, not into pipes:
 	// a tofu that outlives a killed add-on must not die of SIGPIPE (or block

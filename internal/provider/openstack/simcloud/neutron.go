@@ -10,6 +10,22 @@ import (
 )
 
 // neutronError answers in Neutron's error shape.
+// neutronBody decodes a request body {"<kind>": {...}}, answering 400 when
+// it is not one.
+func neutronBody(w http.ResponseWriter, r *http.Request, kind string) (obj, bool) {
+	body, err := decode(r)
+	if err != nil {
+		neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "%v", err)
+		return nil, false
+	}
+	req, ok := body[kind].(obj)
+	if !ok {
+		neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "Resource body required: %s", kind)
+		return nil, false
+	}
+	return req, true
+}
+
 func neutronError(w http.ResponseWriter, status int, kind, format string, args ...any) {
 	writeJSON(w, status, obj{"NeutronError": obj{"type": kind, "message": fmt.Sprintf(format, args...), "detail": ""}})
 }
@@ -59,14 +75,8 @@ func (c *Cloud) neutronAPI(w http.ResponseWriter, r *http.Request, seg []string)
 			}
 			writeJSON(w, http.StatusOK, obj{coll2plural(coll): list})
 		case http.MethodPost:
-			body, err := decode(r)
-			if err != nil {
-				neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "%v", err)
-				return
-			}
-			req, ok := body[kind].(obj)
+			req, ok := neutronBody(w, r, kind)
 			if !ok {
-				neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "Resource body required: %s", kind)
 				return
 			}
 			o, status, err := c.neutronCreate(coll, req, &after)
@@ -97,14 +107,8 @@ func (c *Cloud) neutronAPI(w http.ResponseWriter, r *http.Request, seg []string)
 	case http.MethodGet:
 		writeJSON(w, http.StatusOK, obj{kind: c.neutronView(coll, o)})
 	case http.MethodPut:
-		body, err := decode(r)
-		if err != nil {
-			neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "%v", err)
-			return
-		}
-		req, ok := body[kind].(obj)
+		req, ok := neutronBody(w, r, kind)
 		if !ok {
-			neutronError(w, http.StatusBadRequest, "HTTPBadRequest", "Resource body required: %s", kind)
 			return
 		}
 		if status, err := c.neutronUpdate(coll, o, req, &after); err != nil {
