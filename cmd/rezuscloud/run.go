@@ -100,6 +100,9 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		Passphrase:    pass.Reveal(),
 		Logger:        log.Named("tofu"),
 		AllowMissing:  true, // come up and show the problem in Home Assistant
+		// a stop lets a running apply finish its requests in flight first
+		// (config.yaml's timeout of 300 s covers this and the SIGINT grace)
+		FinishGrace: 90 * time.Second,
 	})
 	if err != nil {
 		return err
