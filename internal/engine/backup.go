@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -82,7 +81,7 @@ func (ts *tstate) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInf
 			continue
 		}
 		info, err := writeSnapshot(ctx, dir, time.Now(), func(f *os.File) (int64, error) {
-			return talos.EtcdSnapshot(ctx, tg, tc, f)
+			return ts.e.opts.Nodes.EtcdSnapshot(ctx, tg, tc, f)
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("from %s: %w", n, err))

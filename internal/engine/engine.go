@@ -38,6 +38,10 @@ type Options struct {
 	Store *tenant.Store
 	// Runner runs tofu.
 	Runner *tofu.Runner
+	// Infra opens the tenants' tofu workspaces (nil: Runner's).
+	Infra Infra
+	// Nodes is the Talos machine API (nil: package talos).
+	Nodes Nodes
 	// Publisher receives every change of state.
 	Publisher Publisher
 	// CloudEnv gives the environment (credentials) tofu needs for a platform.
@@ -102,8 +106,14 @@ var (
 
 // New returns an engine; start it with Run.
 func New(opts Options) (*Engine, error) {
-	if opts.DataDir == "" || opts.Store == nil || opts.Runner == nil || opts.Publisher == nil {
-		return nil, fmt.Errorf("engine: DataDir, Store, Runner and Publisher are required")
+	if opts.Infra == nil && opts.Runner != nil {
+		opts.Infra = runnerInfra{opts.Runner}
+	}
+	if opts.DataDir == "" || opts.Store == nil || opts.Infra == nil || opts.Publisher == nil {
+		return nil, fmt.Errorf("engine: DataDir, Store, Runner (or Infra) and Publisher are required")
+	}
+	if opts.Nodes == nil {
+		opts.Nodes = talosNodes{}
 	}
 	if opts.ParallelApplies <= 0 {
 		opts.ParallelApplies = 2
@@ -140,8 +150,14 @@ func New(opts Options) (*Engine, error) {
 // operations gracefully (tofu gets SIGINT and saves its state) and waits
 // for them before it returns.
 func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
+	// operations see the end of ctx as a shutdown (tofu.ErrShutdown): an
+	// apply in tofu may then finish its requests in flight first
+	opCtx, shutdown := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer shutdown(nil)
+	stopWatch := context.AfterFunc(ctx, func() { shutdown(tofu.ErrShutdown) })
+	defer stopWatch()
 	e.mu.Lock()
-	e.ctx = ctx
+	e.ctx = opCtx
 	e.mu.Unlock()
 	e.restore()
 	pollCtx, stopPoll := context.WithCancel(context.Background())
@@ -196,7 +212,7 @@ func (e *Engine) releaseStaleLocks(names []string) {
 	for _, name := range names {
 		// stops a tofu the previous add-on left running before its lock is
 		// released, and imports only a newer errored.tfstate
-		if err := e.opts.Runner.Recover(e.ctx, name); err != nil {
+		if err := e.opts.Infra.Recover(e.ctx, name); err != nil {
 			e.log.Error("recovering the tofu workspace", zap.String("tenant", name), zap.Error(err))
 		}
 	}

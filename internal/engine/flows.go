@@ -83,10 +83,6 @@ func (ts *tstate) snapshot() (*tenant.Tenant, record) {
 	return t, ts.rec.clone()
 }
 
-func (ts *tstate) setPhase(p tenant.Phase) {
-	ts.setStatus(func(s *tenant.Status) { s.Phase = p })
-}
-
 func (ts *tstate) setProgress(pct int) {
 	ts.setStatus(func(s *tenant.Status) { s.Progress = min(max(pct, 0), 100) })
 }
@@ -115,7 +111,7 @@ type prepared struct {
 	t       *tenant.Tenant
 	bundle  *secrets.Bundle
 	configs *talos.Configs
-	ws      *tofu.Workspace
+	ws      Workspace
 	doc     []byte
 	// networkOnly: doc is a cloud tenant's network part (no endpoint yet)
 	networkOnly bool
@@ -137,7 +133,7 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws, err := e.opts.Runner.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
+	ws, err := e.opts.Infra.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +179,7 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 
 // networkStage creates a cloud tenant's network part first, so that its
 // endpoint exists before the machine configs that name it.
-func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws *tofu.Workspace, t *tenant.Tenant) (string, error) {
+func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws Workspace, t *tenant.Tenant) (string, error) {
 	doc, err := r.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork})
 	if err != nil {
 		return "", err
@@ -212,7 +208,7 @@ func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws *tof
 	return "https://" + addr + ":6443", nil
 }
 
-func outputsJSON(ctx context.Context, ws *tofu.Workspace) ([]byte, error) {
+func outputsJSON(ctx context.Context, ws Workspace) ([]byte, error) {
 	outs, err := ws.Output(ctx)
 	if err != nil {
 		return nil, err
@@ -247,9 +243,7 @@ func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
 	if !apply {
 		ts.mu.Lock()
 		ts.plan = &pendingPlan{plan: plan, docHash: hash}
-		if plan.HasChanges() && (ts.status.Phase == tenant.PhaseAbsent || ts.status.Phase == tenant.PhaseFailed) {
-			ts.status.Phase = tenant.PhasePlanned
-		}
+		ts.advanceLocked(evPlanned, facts{changes: plan.HasChanges()})
 		ts.mu.Unlock()
 		ts.publish()
 		if p.networkOnly {
@@ -289,7 +283,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 				ts.nodes[n] = s
 			}
 		}
-		ts.status.Phase = tenant.PhaseProvisioning
+		ts.advanceLocked(evApplyStarted, facts{changes: true})
 		ts.mu.Unlock()
 		ts.publish()
 		if len(removed) > 0 {
@@ -404,25 +398,25 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	e.updatePollTargets()
 
-	ts.setPhase(tenant.PhaseProvisioning)
+	ts.advance(evConfiguring, facts{})
 	if err := ts.configureNodes(ctx, p, nodes, tc); err != nil {
 		return "", err
 	}
 	ts.setProgress(75)
-	ts.setPhase(tenant.PhaseBootstrapping)
+	ts.advance(evBootstrapping, facts{})
 	first, ok := ts.target(firstControlPlane(p.t))
 	if !ok {
 		return "", fmt.Errorf("the first control plane %s has no address", firstControlPlane(p.t))
 	}
 	if !rec.Bootstrapped {
-		if err := talos.Bootstrap(ctx, first, tc); err != nil {
+		if err := ts.e.opts.Nodes.Bootstrap(ctx, first, tc); err != nil {
 			return "", fmt.Errorf("bootstrap: %w", err)
 		}
 		if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
 			return "", err
 		}
 	}
-	kc, err := talos.Kubeconfig(ctx, first, tc)
+	kc, err := ts.e.opts.Nodes.Kubeconfig(ctx, first, tc)
 	if err != nil {
 		return "", fmt.Errorf("kubeconfig: %w", err)
 	}
@@ -433,7 +427,7 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	if err := ts.waitRunning(ctx, nodes, tc); err != nil {
 		return "", err
 	}
-	ts.setStatus(func(s *tenant.Status) { s.Phase = tenant.PhaseRunning; s.Progress = 100 })
+	ts.setStatus(func(s *tenant.Status) { s.Phase = next(s.Phase, evApplyDone, facts{}); s.Progress = 100 })
 	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), e.kubeconfigPath(ts.name)), nil
 }
 
@@ -584,7 +578,7 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 	last := tenant.StageUnreachable
 	var woken time.Time
 	for {
-		st, err := talos.Status(ctx, target, tc)
+		st, err := ts.e.opts.Nodes.Status(ctx, target, tc)
 		if err == nil {
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
 			switch st.Stage {
@@ -599,7 +593,7 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 				if err := ts.configApplied(name, hash); err != nil {
 					return err
 				}
-				if err := talos.ApplyMaintenance(ctx, ep, cfg); err != nil {
+				if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, ep, cfg); err != nil {
 					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
@@ -608,7 +602,7 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 				if ts.appliedHash(name) == hash {
 					return nil
 				}
-				if err := talos.ApplyConfig(ctx, target, tc, cfg); err != nil {
+				if err := ts.e.opts.Nodes.ApplyConfig(ctx, target, tc, cfg); err != nil {
 					return fmt.Errorf("node %s: applying its changed machine config: %w", name, err)
 				}
 				return ts.configApplied(name, hash)
@@ -643,7 +637,7 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 	reapplied := 0
 	for attempt := 0; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := talos.WaitSecure(tctx, target, tc)
+		_, err := ts.e.opts.Nodes.WaitSecure(tctx, target, tc)
 		definitive := err != nil && tctx.Err() == nil // not a time-out: the node refused
 		cancel()
 		if err == nil {
@@ -655,7 +649,7 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 		if ctx.Err() != nil {
 			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, context.Cause(ctx))
 		}
-		if st, serr := talos.Status(ctx, target, tc); serr == nil && st.Stage == tenant.StageMaintenance && !target.Routed() {
+		if st, serr := ts.e.opts.Nodes.Status(ctx, target, tc); serr == nil && st.Stage == tenant.StageMaintenance && !target.Routed() {
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageMaintenance, false })
 			if reapplied >= maxReapply {
 				return fmt.Errorf("node %s fell back to maintenance mode %d times after it was given its machine config: check its install disk and its console", name, reapplied+1)
@@ -663,7 +657,7 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 			reapplied++
 			ts.e.log.Warn("node fell back to maintenance mode after it was configured; giving it its machine config again",
 				zap.String("tenant", ts.name), zap.String("node", name), zap.Int("attempt", reapplied))
-			if err := talos.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
+			if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
 				return fmt.Errorf("node %s: applying its machine config again after it fell back to maintenance mode: %w", name, err)
 			}
 			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
@@ -717,7 +711,7 @@ func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, 
 			if !ok {
 				return fmt.Errorf("node %s has no address", name)
 			}
-			st, err := talos.Status(ctx, t, tc)
+			st, err := ts.e.opts.Nodes.Status(ctx, t, tc)
 			if err == nil {
 				ts.setNode(name, func(s *tenant.NodeStatus) {
 					s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
@@ -766,14 +760,14 @@ func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []stri
 			opts.Halt = true
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := talos.Reset(rctx, ep, tc, opts)
+		err := ts.e.opts.Nodes.Reset(rctx, ep, tc, opts)
 		cancel()
 		if err == nil && opts.Halt {
 			e.log.Info("node reset and halted; its power brings it back when needed", zap.String("node", n))
 			ts.afterHalt(ctx, n, ep, m, tc)
 		}
 		if err != nil {
-			st, serr := talos.Status(ctx, ep, tc)
+			st, serr := ts.e.opts.Nodes.Status(ctx, ep, tc)
 			if serr == nil && st.Stage == tenant.StageMaintenance {
 				continue // already reset
 			}
@@ -812,7 +806,7 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 	if t == nil {
 		return "", fmt.Errorf("tenant %s has neither a file nor a remembered spec", ts.name)
 	}
-	ts.setPhase(tenant.PhaseDestroying)
+	ts.advance(evDestroyStarted, facts{})
 	var names []string
 	for n := range rec.Nodes {
 		names = append(names, n)
@@ -823,7 +817,7 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	ws, err := e.opts.Runner.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
+	ws, err := e.opts.Infra.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
 	if err != nil {
 		return "", err
 	}
@@ -838,7 +832,8 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 		}
 	}
 	if err := ts.saveRec(func(r *record) {
-		r.Infra, r.Bootstrapped, r.Nodes, r.Endpoint, r.Phase = false, false, nil, "", tenant.PhaseAbsent
+		r.Infra, r.Bootstrapped, r.Nodes, r.Endpoint = false, false, nil, ""
+		r.Phase = next(r.Phase, evDestroyDone, facts{})
 	}); err != nil {
 		return "", err
 	}
@@ -854,7 +849,7 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 		s.Stage, s.Ready, s.TalosVersion = tenant.StagePending, false, ""
 		ts.nodes[n] = s
 	}
-	ts.status.Phase = tenant.PhaseAbsent
+	ts.advanceLocked(evDestroyDone, facts{})
 	ts.status.Pending = tenant.Changes{}
 	ts.status.Progress = 100
 	orphan := ts.spec == nil
@@ -904,7 +899,7 @@ func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("tenant %s has no provisioned control plane", ts.name)
 	}
-	if err := talos.Bootstrap(ctx, first, tc); err != nil {
+	if err := ts.e.opts.Nodes.Bootstrap(ctx, first, tc); err != nil {
 		return "", err
 	}
 	if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
@@ -924,7 +919,7 @@ func (ts *tstate) reboot(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
 	}
-	if err := talos.Reboot(ctx, ep, tc); err != nil {
+	if err := ts.e.opts.Nodes.Reboot(ctx, ep, tc); err != nil {
 		return "", err
 	}
 	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage = tenant.StageRebooting; s.Ready = false })

@@ -109,11 +109,11 @@ func (ts *tstate) powerOff(ctx context.Context, node string) (string, error) {
 		return "", err
 	}
 	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageShuttingDown, false })
-	if err := talos.Shutdown(ctx, target, tc); err != nil {
+	if err := ts.e.opts.Nodes.Shutdown(ctx, target, tc); err != nil {
 		return "", fmt.Errorf("node %s: %w", node, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
-	err = talos.WaitGone(wctx, target, tc, 250*time.Millisecond)
+	err = ts.e.opts.Nodes.WaitGone(wctx, target, tc, 250*time.Millisecond)
 	cancel()
 	if err != nil {
 		return "", err
@@ -137,7 +137,7 @@ func (ts *tstate) powerOn(ctx context.Context, node string) (string, error) {
 		return "", fmt.Errorf("node %s (%s): %w", node, m.Address, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
-	err = talos.WaitAnswering(wctx, target, tc, 250*time.Millisecond)
+	err = ts.e.opts.Nodes.WaitAnswering(wctx, target, tc, 250*time.Millisecond)
 	cancel()
 	if err != nil {
 		return "", err
@@ -184,7 +184,7 @@ func (ts *tstate) afterHalt(ctx context.Context, node string, target talos.Targe
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
-	err = talos.WaitGone(wctx, target, tc, 250*time.Millisecond)
+	err = ts.e.opts.Nodes.WaitGone(wctx, target, tc, 250*time.Millisecond)
 	cancel()
 	if err == nil {
 		err = c.Off(ctx)

@@ -70,18 +70,15 @@ type tstate struct {
 func newTState(e *Engine, name string, rec record) *tstate {
 	ts := &tstate{e: e, name: name, queue: make(chan *operation, queueLen), rec: rec, nodes: map[string]tenant.NodeStatus{},
 		polled: map[string]bool{}}
-	ts.status = tenant.Status{Phase: tenant.PhaseAbsent, LastOperation: rec.LastOperation}
-	if rec.Infra && rec.Phase != "" {
-		ts.status.Phase = rec.Phase
-	}
+	ts.status = tenant.Status{LastOperation: rec.LastOperation,
+		Phase: next(tenant.PhaseAbsent, evRestore, facts{infra: rec.Infra, recorded: rec.Phase, interrupted: rec.Running != ""})}
 	if rec.Running != "" {
 		// the add-on stopped in the middle of an operation
-		ts.status.Phase = tenant.PhaseFailed
 		ts.status.Problem = true
 		ts.status.LastOperation = &tenant.OperationResult{Name: rec.Running, Result: tenant.ResultFailed, At: time.Now(),
 			Message: interrupted(rec.Running)}
 		ts.rec.Running = ""
-		ts.rec.Phase = tenant.PhaseFailed
+		ts.rec.Phase = ts.status.Phase
 		ts.rec.LastOperation = ts.status.LastOperation
 		if err := e.saveRecord(name, ts.rec); err != nil {
 			e.log.Error("saving tenant record", zap.String("tenant", name), zap.Error(err))
@@ -115,16 +112,13 @@ func (ts *tstate) setSpec(t *tenant.Tenant) bool {
 		changed = ts.spec == nil || !bytes.Equal(raw, ts.specRaw)
 	}
 	ts.seen = true
-	wasOrphan := ts.spec == nil && ts.rec.Infra
+	fileBack := ts.spec == nil
 	ts.spec, ts.specRaw = t, raw
 	if changed {
 		ts.plan = nil // a plan is only good for the spec it was made from
 	}
-	if wasOrphan && ts.status.Phase == tenant.PhaseOrphaned {
-		ts.status.Phase = ts.rec.Phase
-		if ts.status.Phase == "" || ts.status.Phase == tenant.PhaseOrphaned {
-			ts.status.Phase = tenant.PhaseDegraded
-		}
+	if fileBack {
+		ts.advanceLocked(evFileBack, facts{infra: ts.rec.Infra, recorded: ts.rec.Phase})
 	}
 	ts.status.TalosVersion, ts.status.KubernetesVersion = t.TalosVersion, t.KubernetesVersion
 	for _, n := range t.Nodes() {
@@ -160,7 +154,7 @@ func (ts *tstate) removeSpec() (forget bool) {
 	ts.spec = nil
 	ts.specRaw = nil
 	ts.plan = nil
-	ts.status.Phase = tenant.PhaseOrphaned
+	ts.advanceLocked(evFileRemoved, facts{})
 	ts.status.Problem = true
 	ts.pruneNodesLocked()
 	return false
@@ -252,18 +246,8 @@ func (ts *tstate) recountLocked() {
 			allPolled = false
 		}
 	}
-	if ts.cur == "" && ts.spec != nil && allPolled {
-		switch ts.status.Phase {
-		case tenant.PhaseRunning:
-			if ready < total {
-				ts.status.Phase = tenant.PhaseDegraded
-			}
-		case tenant.PhaseDegraded:
-			if ready == total && total > 0 && ts.rec.Bootstrapped {
-				ts.status.Phase = tenant.PhaseRunning
-			}
-		}
-	}
+	ts.advanceLocked(evNodesPolled, facts{busy: ts.cur != "", file: ts.spec != nil, allPolled: allPolled,
+		ready: ready, total: total, bootstrapped: ts.rec.Bootstrapped})
 	ts.status.Problem = ts.status.Phase == tenant.PhaseFailed || ts.status.Phase == tenant.PhaseDegraded ||
 		ts.status.Phase == tenant.PhaseOrphaned
 	ts.recountVersionsLocked() // upgrade.go
@@ -427,23 +411,24 @@ func (ts *tstate) run(op *operation) {
 	msg, err := ts.dispatch(ctx, op)
 
 	result := tenant.ResultSucceeded
+	var end event // how a failed operation moves the phase
 	switch {
 	case err == nil:
 	case base.Err() != nil:
 		// rezuscloud is stopping: the operation was interrupted, not
 		// cancelled by the user; tofu saved its state
-		result = tenant.ResultFailed
+		result, end = tenant.ResultFailed, evInterrupted
 		e.log.Info("operation interrupted by shutdown", zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Error(err))
 		msg = interrupted(op.name)
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
-		result = tenant.ResultCancelled
+		result, end = tenant.ResultCancelled, evCancelled
 		msg = fmt.Sprintf("%s was cancelled: %v. Press Apply to converge.", op.name, err)
 	default:
-		result = tenant.ResultFailed
+		result, end = tenant.ResultFailed, evFailed
 		msg = fmt.Sprintf("%s failed: %v", op.name, err)
 	}
-	end := time.Now()
-	last := &tenant.OperationResult{Name: op.name, Result: result, At: end, Message: msg}
+	ended := time.Now()
+	last := &tenant.OperationResult{Name: op.name, Result: result, At: ended, Message: msg}
 	ts.mu.Lock()
 	ts.cur, ts.stop = "", nil
 	ts.lastTofu = ts.tofuTime
@@ -452,8 +437,8 @@ func (ts *tstate) run(op *operation) {
 	ts.rec.LastOperation = last
 	ts.status.Operation = nil
 	ts.status.LastOperation = last
-	if result != tenant.ResultSucceeded && ts.status.Phase != tenant.PhaseOrphaned && op.name != "backup" {
-		ts.status.Phase = tenant.PhaseFailed
+	if result != tenant.ResultSucceeded {
+		ts.advanceLocked(end, facts{backup: op.name == "backup"})
 	}
 	ts.rec.Phase = ts.status.Phase
 	forgotten := ts.forgotten
@@ -465,8 +450,8 @@ func (ts *tstate) run(op *operation) {
 	}
 	e.publishTenants()
 	e.opts.Publisher.PublishOperation(tenant.OperationEvent{Tenant: ts.name, Name: op.name, Result: result,
-		Message: msg, Duration: end.Sub(start), At: end})
-	log := e.log.With(zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Duration("took", end.Sub(start).Round(time.Millisecond)), zap.Duration("in_tofu", tofuTook.Round(time.Millisecond)))
+		Message: msg, Duration: ended.Sub(start), At: ended})
+	log := e.log.With(zap.String("tenant", ts.name), zap.String("operation", op.name), zap.Duration("took", ended.Sub(start).Round(time.Millisecond)), zap.Duration("in_tofu", tofuTook.Round(time.Millisecond)))
 	if result == tenant.ResultSucceeded {
 		log.Info("operation succeeded", zap.String("message", msg))
 	} else {

@@ -470,7 +470,7 @@ func (r *rollout) status(ctx context.Context, node string) (talos.NodeState, err
 	if !ok {
 		return talos.NodeState{}, fmt.Errorf("node %s has no address", node)
 	}
-	st, err := talos.Status(ctx, tg, r.tc)
+	st, err := r.ts.e.opts.Nodes.Status(ctx, tg, r.tc)
 	if err != nil {
 		return st, err
 	}
@@ -503,7 +503,7 @@ func (r *rollout) begin(total int) error {
 		return err
 	}
 	r.ts.setStatus(func(s *tenant.Status) {
-		s.Phase = tenant.PhaseUpgrading
+		s.Phase = next(s.Phase, evUpgradeStarted, facts{})
 		s.Progress = 0
 		s.Rollout = &tenant.Rollout{Component: r.component, Version: r.target, Total: total}
 	})
@@ -525,7 +525,7 @@ func (r *rollout) progress(done int, node string) {
 // finish ends a rollout that reached every node.
 func (r *rollout) finish() {
 	r.ts.setStatus(func(s *tenant.Status) {
-		s.Phase, s.Progress, s.Rollout = tenant.PhaseRunning, 100, nil
+		s.Phase, s.Progress, s.Rollout = next(s.Phase, evUpgradeDone, facts{}), 100, nil
 	})
 }
 
@@ -595,7 +595,7 @@ func (r *rollout) talosNode(ctx context.Context, node, image string) error {
 	old := r.state[node].TalosVersion
 	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageUpgrading, false })
 	ts.e.log.Info("upgrading node", zap.String("tenant", ts.name), zap.String("node", node), zap.String("image", image))
-	if err := talos.Upgrade(ctx, tg, r.tc, image); err != nil {
+	if err := r.ts.e.opts.Nodes.Upgrade(ctx, tg, r.tc, image); err != nil {
 		r.status(ctx, node) //nolint:errcheck // shows its real stage again
 		return fmt.Errorf("installing %s: %w", image, err)
 	}
@@ -659,7 +659,7 @@ func (r *rollout) etcdMembers(ctx context.Context, node string) (int, error) {
 	if !ok {
 		return 0, errors.New("no address")
 	}
-	m, err := talos.EtcdMembers(ctx, tg, r.tc)
+	m, err := r.ts.e.opts.Nodes.EtcdMembers(ctx, tg, r.tc)
 	return len(m), err
 }
 
@@ -768,7 +768,7 @@ func (r *rollout) kubeNode(ctx context.Context, t *tenant.Tenant, bundle *secret
 		return errors.New("it has no address")
 	}
 	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage = tenant.StageUpgrading })
-	if err := talos.ApplyConfig(ctx, tg, r.tc, cfg); err != nil {
+	if err := r.ts.e.opts.Nodes.ApplyConfig(ctx, tg, r.tc, cfg); err != nil {
 		r.status(ctx, node) //nolint:errcheck // shows its real stage again
 		return err
 	}
@@ -788,7 +788,7 @@ func (r *rollout) controlPlaneVersions(ctx context.Context, node string) (map[st
 	if !ok {
 		return nil, errors.New("no address")
 	}
-	return talos.ControlPlaneVersions(ctx, tg, r.tc)
+	return r.ts.e.opts.Nodes.ControlPlaneVersions(ctx, tg, r.tc)
 }
 
 // allOn reports whether every control-plane component runs version.
