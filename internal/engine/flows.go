@@ -257,15 +257,17 @@ func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
 	return ts.applyPlan(ctx, p, plan)
 }
 
-// applyPlan resets the nodes the plan removes, applies the plan, and
-// brings every node to running.
+// applyPlan brings the tenant to what p declares, in named steps: reset
+// the nodes the plan removes and apply the plan (applyInfra), record the
+// nodes tofu reports (recordNodes), configure them through Talos
+// (configureTalos), bootstrap etcd once and fetch the kubeconfig
+// (bootstrapOnce), and wait until every node runs (awaitRunning).
 func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (string, error) {
-	e := ts.e
+	_, rec := ts.snapshot()
 	declared := map[string]tenant.Node{}
 	for _, n := range p.t.Nodes() {
 		declared[n.Name] = n
 	}
-	_, rec := ts.snapshot()
 	var removed []string
 	for n := range rec.Nodes {
 		if _, ok := declared[n]; !ok {
@@ -273,7 +275,32 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 		}
 	}
 	slices.Sort(removed)
+	if err := ts.applyInfra(ctx, p, plan, rec, declared, removed); err != nil {
+		return "", err
+	}
+	nodes, err := ts.recordNodes(ctx, p, plan, rec, declared, removed)
+	if err != nil {
+		return "", err
+	}
+	tc, err := ts.configureTalos(ctx, p, nodes)
+	if err != nil {
+		return "", err
+	}
+	if err := ts.bootstrapOnce(ctx, p, rec, tc); err != nil {
+		return "", err
+	}
+	ts.setProgress(90)
+	if err := ts.waitRunning(ctx, nodes, tc); err != nil {
+		return "", err
+	}
+	ts.setStatus(func(s *tenant.Status) { s.Phase = next(s.Phase, evApplyDone, facts{}); s.Progress = 100 })
+	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), ts.e.kubeconfigPath(ts.name)), nil
+}
 
+// applyInfra resets the nodes the plan removes (gracefully: they leave a
+// running cluster) and applies the plan, when it changes anything. The
+// record says Infra before tofu creates the first resource.
+func (ts *tstate) applyInfra(ctx context.Context, p *prepared, plan *tofu.Plan, rec record, declared map[string]tenant.Node, removed []string) error {
 	if plan.HasChanges() {
 		ts.mu.Lock()
 		for n := range declared {
@@ -288,11 +315,11 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 		ts.publish()
 		if len(removed) > 0 {
 			if err := ts.resetNodes(ctx, p.t, removed, true); err != nil {
-				return "", err
+				return err
 			}
 		}
 		if err := ts.saveRec(func(r *record) { r.Infra = true }); err != nil {
-			return "", err
+			return err
 		}
 		planned := plan.Planned()
 		start := time.Now()
@@ -305,42 +332,51 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 		}})
 		ts.addTofu(time.Since(start))
 		if err != nil {
-			return "", ts.explain(ctx, p.t, err)
+			return ts.explain(ctx, p.t, err)
 		}
 	}
 	ts.setStatus(func(s *tenant.Status) { s.Pending = tenant.Changes{}; s.Progress = tofuShare })
+	return nil
+}
 
-	// nodes as tofu reports them
-	start := time.Now()
-	out, err := outputsJSON(ctx, p.ws)
-	ts.addTofu(time.Since(start))
-	if err != nil {
-		return "", err
-	}
+// reportedNodes reads the nodes tofu's outputs report. An interrupted
+// apply (a stop, a killed add-on) can leave every resource in the state but
+// not the outputs, which tofu writes at the end: then the plan changes only
+// outputs, and it is applied to write them.
+func (ts *tstate) reportedNodes(ctx context.Context, p *prepared, plan *tofu.Plan, declared map[string]tenant.Node) ([]provider.NodeOutput, error) {
 	r, err := platform.For(p.t.Provider)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	outs, err := r.Nodes(out)
-	if err != nil {
-		return "", err
-	}
-	if !plan.HasChanges() && !allReported(declared, outs) {
-		// An interrupted apply (a stop, a killed add-on) can leave every
-		// resource in the state but not the outputs, which tofu writes at
-		// the end: the plan changes only outputs. Apply it to write them.
+	read := func() ([]provider.NodeOutput, error) {
 		start := time.Now()
-		_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{})
+		out, err := outputsJSON(ctx, p.ws)
 		ts.addTofu(time.Since(start))
 		if err != nil {
-			return "", ts.explain(ctx, p.t, err)
+			return nil, err
 		}
-		if out, err = outputsJSON(ctx, p.ws); err != nil {
-			return "", err
-		}
-		if outs, err = r.Nodes(out); err != nil {
-			return "", err
-		}
+		return r.Nodes(out)
+	}
+	outs, err := read()
+	if err != nil || plan.HasChanges() || allReported(declared, outs) {
+		return outs, err
+	}
+	start := time.Now()
+	_, err = p.ws.Apply(ctx, plan, tofu.RunOptions{})
+	ts.addTofu(time.Since(start))
+	if err != nil {
+		return nil, ts.explain(ctx, p.t, err)
+	}
+	return read()
+}
+
+// recordNodes records the nodes as tofu reports them (before any Talos
+// call to them) and shows them; removed nodes leave Home Assistant.
+func (ts *tstate) recordNodes(ctx context.Context, p *prepared, plan *tofu.Plan, rec record, declared map[string]tenant.Node, removed []string) (map[string]nodeRecord, error) {
+	e := ts.e
+	outs, err := ts.reportedNodes(ctx, p, plan, declared)
+	if err != nil {
+		return nil, err
 	}
 	nodes := map[string]nodeRecord{}
 	for _, o := range outs {
@@ -361,12 +397,12 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	for n := range declared {
 		if _, ok := nodes[n]; !ok {
-			return "", fmt.Errorf("tofu reports no address for node %s", n)
+			return nil, fmt.Errorf("tofu reports no address for node %s", n)
 		}
 	}
 	specRaw := ts.currentSpecRaw()
 	if err := ts.saveRec(func(r *record) { r.Nodes = nodes; r.Spec = specRaw }); err != nil {
-		return "", err
+		return nil, err
 	}
 	ts.mu.Lock()
 	for _, n := range removed {
@@ -380,9 +416,13 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	ts.mu.Unlock()
 	e.publishTenants() // removed nodes leave Home Assistant
+	return nodes, nil
+}
 
-	// Talos: talosconfig for the control planes, configs for maintenance
-	// nodes, bootstrap once, kubeconfig
+// configureTalos writes the talosconfig (the control planes reached
+// directly are its endpoints) and gives every node its machine config.
+func (ts *tstate) configureTalos(ctx context.Context, p *prepared, nodes map[string]nodeRecord) ([]byte, error) {
+	e := ts.e
 	var cps []string
 	for _, n := range p.t.Nodes() {
 		if nr := nodes[n.Name]; n.Role == tenant.RoleControlPlane && !routed(p.t.Provider, nr) {
@@ -391,44 +431,41 @@ func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (
 	}
 	tc, err := talos.Talosconfig(p.bundle, p.t.Name, cps)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := e.writeSecretFile(ts.name, "talosconfig", tc); err != nil {
-		return "", err
+		return nil, err
 	}
 	e.updatePollTargets()
-
 	ts.advance(evConfiguring, facts{})
 	if err := ts.configureNodes(ctx, p, nodes, tc); err != nil {
-		return "", err
+		return nil, err
 	}
 	ts.setProgress(75)
+	return tc, nil
+}
+
+// bootstrapOnce bootstraps etcd on the first control plane unless the
+// record says it was, and writes the kubeconfig.
+func (ts *tstate) bootstrapOnce(ctx context.Context, p *prepared, rec record, tc []byte) error {
 	ts.advance(evBootstrapping, facts{})
 	first, ok := ts.target(firstControlPlane(p.t))
 	if !ok {
-		return "", fmt.Errorf("the first control plane %s has no address", firstControlPlane(p.t))
+		return fmt.Errorf("the first control plane %s has no address", firstControlPlane(p.t))
 	}
 	if !rec.Bootstrapped {
 		if err := ts.e.opts.Nodes.Bootstrap(ctx, first, tc); err != nil {
-			return "", fmt.Errorf("bootstrap: %w", err)
+			return fmt.Errorf("bootstrap: %w", err)
 		}
 		if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
-			return "", err
+			return err
 		}
 	}
 	kc, err := ts.e.opts.Nodes.Kubeconfig(ctx, first, tc)
 	if err != nil {
-		return "", fmt.Errorf("kubeconfig: %w", err)
+		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	if err := e.writeSecretFile(ts.name, "kubeconfig", kc); err != nil {
-		return "", err
-	}
-	ts.setProgress(90)
-	if err := ts.waitRunning(ctx, nodes, tc); err != nil {
-		return "", err
-	}
-	ts.setStatus(func(s *tenant.Status) { s.Phase = next(s.Phase, evApplyDone, facts{}); s.Progress = 100 })
-	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), e.kubeconfigPath(ts.name)), nil
+	return ts.e.writeSecretFile(ts.name, "kubeconfig", kc)
 }
 
 // allReported reports whether tofu's outputs name every declared node.
