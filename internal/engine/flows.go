@@ -103,6 +103,18 @@ func (ts *tstate) saveRec(f func(*record)) error {
 	return ts.e.saveRecord(ts.name, rec)
 }
 
+// commit is the crash-ordering rule in one place: what act is about to do
+// is recorded (and on disk) before act runs, so that a stop, a kill or a
+// power cut in the middle of act finds a record that covers it (Infra
+// before tofu creates anything; a node's config marker before the node
+// gets the config). A failed write runs nothing.
+func (ts *tstate) commit(change func(*record), act func() error) error {
+	if err := ts.saveRec(change); err != nil {
+		return err
+	}
+	return act()
+}
+
 // persist writes the record as it is now (after a change made under mu).
 func (ts *tstate) persist() error { return ts.saveRec(nil) }
 
@@ -191,10 +203,10 @@ func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws Work
 	if err != nil {
 		return "", err
 	}
-	if err := ts.saveRec(func(r *record) { r.Infra = true }); err != nil {
-		return "", err
-	}
-	if _, err := ws.Apply(ctx, plan, tofu.RunOptions{}); err != nil {
+	if err := ts.commit(func(r *record) { r.Infra = true }, func() error {
+		_, err := ws.Apply(ctx, plan, tofu.RunOptions{})
+		return err
+	}); err != nil {
 		return "", fmt.Errorf("creating the network for the endpoint: %w", err)
 	}
 	out, err := outputsJSON(ctx, ws)
@@ -318,18 +330,18 @@ func (ts *tstate) applyInfra(ctx context.Context, p *prepared, plan *tofu.Plan, 
 				return err
 			}
 		}
-		if err := ts.saveRec(func(r *record) { r.Infra = true }); err != nil {
-			return err
-		}
 		planned := plan.Planned()
 		start := time.Now()
-		_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
-			if pr.Planned > 0 {
-				ts.setProgress(pr.Completed * tofuShare / pr.Planned)
-			} else if planned > 0 {
-				ts.setProgress(pr.Completed * tofuShare / planned)
-			}
-		}})
+		err := ts.commit(func(r *record) { r.Infra = true }, func() error {
+			_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
+				if pr.Planned > 0 {
+					ts.setProgress(pr.Completed * tofuShare / pr.Planned)
+				} else if planned > 0 {
+					ts.setProgress(pr.Completed * tofuShare / planned)
+				}
+			}})
+			return err
+		})
 		ts.addTofu(time.Since(start))
 		if err != nil {
 			return ts.explain(ctx, p.t, err)
@@ -627,10 +639,9 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 				// node took the config, the node comes up with it and is
 				// not given it again; if the node did not take it, it is
 				// still in maintenance next time, whatever the record says
-				if err := ts.configApplied(name, hash); err != nil {
-					return err
-				}
-				if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, ep, cfg); err != nil {
+				if err := ts.commit(func(r *record) { setConfigHash(r, name, hash) }, func() error {
+					return ts.e.opts.Nodes.ApplyMaintenance(ctx, ep, cfg)
+				}); err != nil {
 					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
 				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
@@ -728,12 +739,15 @@ func (ts *tstate) appliedHash(name string) string {
 
 // configApplied records that a node has the config of that hash.
 func (ts *tstate) configApplied(name, hash string) error {
-	return ts.saveRec(func(r *record) {
-		if n, ok := r.Nodes[name]; ok {
-			n.ConfigHash = hash
-			r.Nodes[name] = n
-		}
-	})
+	return ts.saveRec(func(r *record) { setConfigHash(r, name, hash) })
+}
+
+// setConfigHash marks in r that a node has the config of that hash.
+func setConfigHash(r *record, name, hash string) {
+	if n, ok := r.Nodes[name]; ok {
+		n.ConfigHash = hash
+		r.Nodes[name] = n
+	}
 }
 
 // waitRunning waits until every node runs and is ready.
