@@ -10,7 +10,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
-	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
@@ -59,23 +58,16 @@ func cmdRender(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	configs, err := talos.GenerateConfigs(t, b, ep)
+	full, err := platform.RenderFull(t, b, ep) // the engine's pipeline
 	if err != nil {
 		return err
 	}
-	r, err := platform.For(t.Provider)
-	if err != nil {
-		return err
-	}
-	doc, err := r.Render(provider.Input{Tenant: t, MachineConfigs: configs.Nodes, Stage: provider.StageFull})
-	if err != nil {
-		return err
-	}
+	configs := full.Configs
 	if err := os.MkdirAll(*out, 0o700); err != nil {
 		return err
 	}
 	files := map[string][]byte{
-		"main.tf.json":      doc,
+		"main.tf.json":      full.Doc,
 		"controlplane.yaml": configs.ControlPlane,
 		"worker.yaml":       configs.Worker,
 		"talosconfig":       configs.Talosconfig,

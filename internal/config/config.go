@@ -19,6 +19,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/rezuscloud/rezuscloud/internal/discovery"
+	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/topic"
 )
 
 // Secret is a string that must never be printed, logged or published.
@@ -209,19 +211,17 @@ func (c *Config) Validate() error {
 	if c.TenantsDir == "" || !filepath.IsAbs(c.TenantsDir) {
 		bad("tenants_dir", "%q must be an absolute path", c.TenantsDir)
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log_level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		bad("log_level", "%v", err)
 	}
 	if u, err := url.Parse(c.MQTT.URL); err != nil || (u.Scheme != "tcp" && u.Scheme != "ssl" && u.Scheme != "mqtt" && u.Scheme != "mqtts") || u.Host == "" {
 		bad("mqtt.url", "%q must look like tcp://host:1883 or ssl://host:8883", c.MQTT.URL)
 	}
-	if !topicLevel(c.MQTT.DiscoveryPrefix) {
-		bad("mqtt.discovery_prefix", "%q must be a non-empty topic without / + #", c.MQTT.DiscoveryPrefix)
+	if err := topic.CheckPrefix(c.MQTT.DiscoveryPrefix); err != nil {
+		bad("mqtt.discovery_prefix", "%v", err)
 	}
-	if !topicLevel(c.MQTT.BaseTopic) {
-		bad("mqtt.base_topic", "%q must be a non-empty topic without / + #", c.MQTT.BaseTopic)
+	if err := topic.CheckBase(c.MQTT.BaseTopic); err != nil {
+		bad("mqtt.base_topic", "%v", err)
 	}
 	if c.Tofu.Binary == "" {
 		bad("tofu.binary", "must not be empty")
@@ -248,7 +248,7 @@ func (c *Config) Validate() error {
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.
 	if k := c.Credentials.OCI.PrivateKey; k != "" {
-		if nk, err := NormalizePrivateKey(k); err != nil {
+		if nk, err := normalizePrivateKey(k); err != nil {
 			bad("credentials.oci.private_key", "%v", err)
 		} else {
 			c.Credentials.OCI.PrivateKey = nk
@@ -260,10 +260,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func topicLevel(s string) bool {
-	return s != "" && !strings.ContainsAny(s, "/+#") && !strings.ContainsRune(s, 0)
 }
 
 // Secrets lists every secret value set, for log redaction.

@@ -27,13 +27,13 @@ const maxKeyFile = 64 << 10
 // single-line input and strips them).
 var pemArmor = regexp.MustCompile(`-----BEGIN ([A-Z0-9 ]+)-----(?s)(.*?)-----END ([A-Z0-9 ]+)-----`)
 
-// NormalizePrivateKey returns the OCI API signing key as a PEM block that
+// normalizePrivateKey returns the OCI API signing key as a PEM block that
 // decodes: a well-formed key unchanged (trimmed, with a final newline), a
 // flattened one (newlines stripped or turned into spaces or literal "\n")
 // re-wrapped at 64 characters. It then parses the key (PKCS#1 or PKCS#8,
 // RSA, unencrypted) and refuses anything else. Errors describe the problem
 // and never contain the key.
-func NormalizePrivateKey(key Secret) (Secret, error) {
+func normalizePrivateKey(key Secret) (Secret, error) {
 	s := strings.TrimSpace(key.Reveal())
 	if s == "" {
 		return "", nil

@@ -76,7 +76,7 @@ func TestNormalizePrivateKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := NormalizePrivateKey(Secret(tc.in))
+			got, err := normalizePrivateKey(Secret(tc.in))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)

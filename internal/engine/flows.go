@@ -172,14 +172,12 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 			return nil, err
 		}
 	}
-	configs, err := talos.GenerateConfigs(t, bundle, endpoint)
+	// the same pipeline as `rezuscloud render`
+	full, err := platform.RenderFull(t, bundle, endpoint)
 	if err != nil {
 		return nil, err
 	}
-	doc, err := r.Render(provider.Input{Tenant: t, MachineConfigs: configs.Nodes, Stage: provider.StageFull})
-	if err != nil {
-		return nil, err
-	}
+	configs, doc := full.Configs, full.Doc
 	if err := ws.WriteConfig(doc); err != nil {
 		return nil, err
 	}
@@ -217,7 +215,7 @@ func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws Work
 	if err != nil {
 		return "", err
 	}
-	return "https://" + addr + ":6443", nil
+	return talos.EndpointURL(addr), nil
 }
 
 func outputsJSON(ctx context.Context, ws Workspace) ([]byte, error) {

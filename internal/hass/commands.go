@@ -15,7 +15,7 @@ import (
 
 // HandleRequest validates req against the current tenants and runs it. It
 // is the request API's core, shared by every transport (MQTT requests,
-// entity commands, WebSocket events). req must come from DecodeRequest (or
+// entity commands, WebSocket events). req must come from decodeRequest (or
 // be built to the same rules).
 func (b *Bridge) HandleRequest(ctx context.Context, req Request) Response {
 	if err := checkFields(req); err != nil {
@@ -60,7 +60,7 @@ func (b *Bridge) HandleRequest(ctx context.Context, req Request) Response {
 
 // HandleRaw decodes a request payload for action and handles it.
 func (b *Bridge) HandleRaw(ctx context.Context, action string, payload []byte) Response {
-	req, err := DecodeRequest(action, payload)
+	req, err := decodeRequest(action, payload)
 	if err != nil {
 		return ErrorResponse(req, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -82,22 +83,10 @@ type ref struct {
 }
 
 var (
-	phaseOptions = []string{
-		string(tenant.PhaseAbsent), string(tenant.PhasePlanned), string(tenant.PhaseProvisioning),
-		string(tenant.PhaseBootstrapping), string(tenant.PhaseRunning), string(tenant.PhaseDegraded),
-		string(tenant.PhaseUpgrading), string(tenant.PhaseDestroying), string(tenant.PhaseFailed),
-		string(tenant.PhaseOrphaned),
-	}
-	stageOptions = []string{
-		string(tenant.StagePending), string(tenant.StageProvisioning), string(tenant.StageUnreachable),
-		string(tenant.StageMaintenance), string(tenant.StageInstalling), string(tenant.StageBooting),
-		string(tenant.StageRunning), string(tenant.StageRebooting), string(tenant.StageUpgrading),
-		string(tenant.StageResetting), string(tenant.StageShuttingDown),
-	}
-	// LogLevels are the options of the bridge's log level select.
-	LogLevels   = []string{"debug", "info", "warn", "error"}
-	eventTypes  = []string{string(tenant.ResultStarted), string(tenant.ResultSucceeded), string(tenant.ResultFailed), string(tenant.ResultCancelled), string(tenant.ResultRefused)}
-	onOffString = "{{ 'ON' if value_json.%s else 'OFF' }}"
+	phaseOptions = enumOptions(tenant.Phases) // tenant owns the lists
+	stageOptions = enumOptions(tenant.Stages)
+	eventTypes   = []string{string(tenant.ResultStarted), string(tenant.ResultSucceeded), string(tenant.ResultFailed), string(tenant.ResultCancelled), string(tenant.ResultRefused)}
+	onOffString  = "{{ 'ON' if value_json.%s else 'OFF' }}"
 )
 
 func onOff(field string) string { return fmt.Sprintf(onOffString, field) }
@@ -117,7 +106,7 @@ var entities = []entity{
 	{kind: kindBridge, key: "version", platform: "sensor", name: "Version",
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.version", disabled: true},
 	{kind: kindBridge, key: "log_level", platform: "select", name: "Log level",
-		category: "config", icon: "mdi:math-log", options: LogLevels, value: "value_json.log_level",
+		category: "config", icon: "mdi:math-log", options: logging.Levels, value: "value_json.log_level",
 		topicSuffix: "log_level/set", set: setLogLevel},
 	{kind: kindBridge, key: "reload", platform: "button", name: "Reload clusters",
 		category: "config", icon: "mdi:reload", action: ActionReload},
@@ -282,4 +271,13 @@ func slug(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// enumOptions turns one of tenant's value lists into an enum's options.
+func enumOptions[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	zapobs "go.uber.org/zap/zaptest/observer"
 
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // Two bridges with the same base topic get different client ids (so the
@@ -40,7 +41,7 @@ func TestTwoInstancesOnOneBaseTopic(t *testing.T) {
 		t.Fatalf("both instances use client id %q", bridges[0].opts.ClientID)
 	}
 	for i, l := range logs {
-		waitFor(t, 10*time.Second, "the conflict is logged by both instances", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the conflict is logged by both instances", func() bool {
 			return l.FilterMessageSnippet("same MQTT base topic").Len() > 0
 		})
 		_ = i
@@ -60,7 +61,7 @@ func TestEventsQueuedWhileBrokerDown(t *testing.T) {
 	opts := fastOptions(m.URL)
 	b := startBridge(t, opts, newFakeCmd(), []*tenant.Tenant{labTenant()})
 	m.Stop()
-	waitFor(t, 10*time.Second, "the bridge notices the broker is gone", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the bridge notices the broker is gone", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return !b.connected
@@ -70,7 +71,7 @@ func TestEventsQueuedWhileBrokerDown(t *testing.T) {
 	}
 	m.Restart()
 	obs := newObserver(t, m.URL, "rezuscloud/bridge/event")
-	waitFor(t, 15*time.Second, "both events after the broker came back", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "both events after the broker came back", func() bool {
 		return obs.count("rezuscloud/bridge/event") >= 2
 	})
 	obs.mu.Lock()
@@ -102,7 +103,7 @@ func TestLateConnectionLostDoesNotMissBirth(t *testing.T) {
 	obs.all = nil
 	obs.mu.Unlock()
 	publish(t, m.URL, "homeassistant/status", []byte("online"), false)
-	waitFor(t, 10*time.Second, "discovery republished after the birth", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "discovery republished after the birth", func() bool {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		for _, x := range obs.all {
@@ -136,7 +137,7 @@ func TestRetainedCommandRunsAtMostOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b2.Close)
-	waitFor(t, 10*time.Second, "the retained copy is seen and ignored", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the retained copy is seen and ignored", func() bool {
 		return logs.FilterMessageSnippet("ignoring retained message").Len() > 0
 	})
 	for _, c := range cmd2.Calls() {

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +24,10 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/topic"
 )
 
 // Options configure the bridge. Zero values take the defaults noted.
@@ -72,8 +73,6 @@ type Options struct {
 	OnRefused func(tenant.OperationEvent)
 }
 
-var baseRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
 func (o *Options) defaults() error {
 	if o.DiscoveryPrefix == "" {
 		o.DiscoveryPrefix = "homeassistant"
@@ -108,11 +107,11 @@ func (o *Options) defaults() error {
 	def(&o.MaxReconnectInterval, 2*time.Second)
 	def(&o.CommandTimeout, 30*time.Second)
 	def(&o.KeepAlive, 30*time.Second)
-	if !baseRE.MatchString(o.BaseTopic) {
-		return fmt.Errorf("mqtt base topic %q: use letters, digits, '_' and '-' only", o.BaseTopic)
+	if err := topic.CheckBase(o.BaseTopic); err != nil {
+		return fmt.Errorf("mqtt base topic: %w", err)
 	}
-	if strings.ContainsAny(o.DiscoveryPrefix, "+#") || o.DiscoveryPrefix == "" {
-		return fmt.Errorf("discovery prefix %q is not a valid topic", o.DiscoveryPrefix)
+	if err := topic.CheckPrefix(o.DiscoveryPrefix); err != nil {
+		return fmt.Errorf("discovery prefix: %w", err)
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil || u.Host == "" {
@@ -296,9 +295,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 func (b *Bridge) connectFirst(ctx context.Context) error {
 	deadline := time.NewTimer(b.opts.ConnectTimeout)
 	defer deadline.Stop()
-	backoff := 250 * time.Millisecond
+	sched := backoff.Policy{Initial: 250 * time.Millisecond, Max: b.opts.MaxReconnectInterval}
 	var lastErr error
-	for {
+	for attempt := 0; ; attempt++ {
 		tok := b.client.Connect()
 		select {
 		case <-tok.Done():
@@ -312,13 +311,12 @@ func (b *Bridge) connectFirst(ctx context.Context) error {
 		}
 		b.log.Warn("mqtt connect failed; retrying", zap.String("url", redactURL(b.opts.URL)), zap.Error(lastErr))
 		select {
-		case <-time.After(backoff):
+		case <-time.After(sched.Next(attempt)):
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
 			return fmt.Errorf("hass: connect to %s: %w", redactURL(b.opts.URL), lastErr)
 		}
-		backoff = min(backoff*2, b.opts.MaxReconnectInterval)
 	}
 	select {
 	case <-b.firstConn:

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/hasstest"
+	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // expectedDevices lists the discovery topics for the bridge and tenants.
@@ -41,7 +43,7 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := expectedDevices(lab, cloud)
-	waitFor(t, 5*time.Second, "all discovery", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "all discovery", func() bool {
 		for _, tp := range want {
 			if _, ok := obs.get(tp); !ok {
 				return false
@@ -49,13 +51,13 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, 5*time.Second, "lab state", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "lab state", func() bool {
 		mm, ok := obs.get("rezuscloud/lab/state")
 		return ok && strings.Contains(string(mm.payload), `"running"`)
 	})
 	// A fresh subscriber gets the retained copies (with the retain flag).
 	obs = newObserver(t, m.URL, "#")
-	waitFor(t, 5*time.Second, "retained copies", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "retained copies", func() bool {
 		_, ok := obs.get("rezuscloud/lab/state")
 		return ok
 	})
@@ -206,7 +208,7 @@ func TestAvailabilityOfflineWhileDeadOnlineWhenBack(t *testing.T) {
 	px.cut()
 	obs.waitPayload(t, "rezuscloud/bridge/availability", 5*time.Second, func(p []byte) bool { return string(p) == "offline" })
 	// Still offline after the client tried to come back and was refused.
-	waitFor(t, 5*time.Second, "two refused reconnect attempts", func() bool { return px.refused.Load() >= 2 })
+	testenv.WaitFor(t, 5*time.Second, "two refused reconnect attempts", func() bool { return px.refused.Load() >= 2 })
 	obs.sync(t)
 	if mm, _ := obs.get("rezuscloud/bridge/availability"); string(mm.payload) != "offline" {
 		t.Fatalf("availability %q while the client is dead", mm.payload)
@@ -236,7 +238,7 @@ func TestBirthRepublish(t *testing.T) {
 	b := startBridge(t, fastOptions(m.URL), newFakeCmd(), []*tenant.Tenant{labTenant()})
 	_ = b
 	obs := newObserver(t, m.URL, "homeassistant/device/#", "rezuscloud/+/state")
-	waitFor(t, 5*time.Second, "retained discovery", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "retained discovery", func() bool {
 		_, ok := obs.get("homeassistant/device/rezuscloud_lab/config")
 		return ok
 	})
@@ -245,7 +247,7 @@ func TestBirthRepublish(t *testing.T) {
 	obs.all = nil
 	obs.mu.Unlock()
 	publish(t, m.URL, "homeassistant/status", []byte("online"), false)
-	waitFor(t, 5*time.Second, "republished discovery and state (not retained replays)", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "republished discovery and state (not retained replays)", func() bool {
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		var disc, st int
@@ -360,7 +362,7 @@ func TestCleanupStaleAndForeign(t *testing.T) {
 	gone := []string{"homeassistant/device/rezuscloud_prod/config", "rezuscloud/prod/state",
 		"homeassistant/device/rezuscloud_prod_workers-1/config", "rezuscloud/prod/prod-workers-1/state",
 		"homeassistant/device/rezuscloud_lab_workers-2/config", "rezuscloud/lab/lab-workers-2/state"}
-	waitFor(t, 5*time.Second, "removed devices cleared", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "removed devices cleared", func() bool {
 		for _, tp := range gone {
 			mm, ok := obs2.get(tp)
 			if !ok || len(mm.payload) != 0 {
@@ -467,7 +469,7 @@ func TestEntityTableInvariants(t *testing.T) {
 			t.Errorf("minimum entity %s missing", want)
 		}
 	}
-	if !slices.Contains(LogLevels, "info") {
+	if !slices.Contains(logging.Levels, "info") {
 		t.Error("log levels")
 	}
 }

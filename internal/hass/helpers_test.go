@@ -299,23 +299,11 @@ func (o *observer) count(topic string) int {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitPayload waits until topic's last payload satisfies ok.
 func (o *observer) waitPayload(t testing.TB, topic string, d time.Duration, ok func([]byte) bool) msg {
 	t.Helper()
 	var m msg
-	waitFor(t, d, "message on "+topic, func() bool {
+	testenv.WaitFor(t, d, "message on "+topic, func() bool {
 		var has bool
 		m, has = o.get(topic)
 		return has && ok(m.payload)
@@ -418,7 +406,7 @@ func (o *observer) mark() int {
 // messages seen after mark.
 func (o *observer) waitSequence(t testing.TB, topic string, mark int, d time.Duration, payloads ...string) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("%v on %s", payloads, topic), func() bool {
+	testenv.WaitFor(t, d, fmt.Sprintf("%v on %s", payloads, topic), func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		i := 0

@@ -181,7 +181,7 @@ func (b *Bridge) SetTenants(ts []*tenant.Tenant) {
 			b.log.Error(`tenant name "bridge" is reserved for the add-on's own device; not shown`)
 			continue
 		}
-		if !nameRE.MatchString(t.Name) {
+		if !tenant.IsDNSLabel(t.Name) {
 			b.log.Error("tenant name is not a DNS label; not shown", zap.String("tenant", t.Name))
 			continue
 		}

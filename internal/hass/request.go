@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -158,17 +158,16 @@ func okResponse(req Request, data any) Response {
 }
 
 var (
-	nameRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	errNull = errors.New("null")
 )
 
-// DecodeRequest decodes and checks the payload of request action. It checks
+// decodeRequest decodes and checks the payload of request action. It checks
 // everything that does not depend on the current tenants: size, UTF-8, JSON
 // object shape, known action, known and applicable fields, required fields,
 // field syntax. An empty payload is an empty object. Even on error, the
 // returned Request carries the transaction when one could be read, so that
 // the error response can echo it.
-func DecodeRequest(action string, payload []byte) (Request, error) {
+func decodeRequest(action string, payload []byte) (Request, error) {
 	req := Request{Action: action}
 	if len(payload) > MaxPayload {
 		return req, fmt.Errorf("payload is %d bytes, more than the limit of %d", len(payload), MaxPayload)
@@ -278,20 +277,22 @@ func checkFields(req Request) error {
 	if !ok {
 		return fmt.Errorf("unknown action %q (known: %s)", req.Action, strings.Join(Actions(), ", "))
 	}
-	if fields&fTenant != 0 && !nameRE.MatchString(req.Tenant) {
+	if fields&fTenant != 0 && !tenant.IsDNSLabel(req.Tenant) {
 		return fmt.Errorf("tenant %q is not a valid tenant name", req.Tenant)
 	}
-	if fields&fGroup != 0 && !nameRE.MatchString(req.Group) {
+	if fields&fGroup != 0 && !tenant.IsDNSLabel(req.Group) {
 		return fmt.Errorf("group %q is not a valid group name", req.Group)
 	}
-	if fields&fNode != 0 && !nameRE.MatchString(req.Node) {
+	if fields&fNode != 0 && !tenant.IsDNSLabel(req.Node) {
 		return fmt.Errorf("node %q is not a valid node name", req.Node)
 	}
 	if fields&fConfirm != 0 && req.Confirm == "" {
 		return errors.New("destroy needs confirm set to the tenant name")
 	}
-	if fields&fLevel != 0 && !slices.Contains(LogLevels, req.Level) {
-		return fmt.Errorf("level %q is not one of %s", req.Level, strings.Join(LogLevels, ", "))
+	if fields&fLevel != 0 {
+		if _, err := logging.ParseLevel(req.Level); err != nil {
+			return fmt.Errorf("level: %w", err)
+		}
 	}
 	if fields&fCount != 0 && (req.Count == nil || *req.Count < 0) {
 		return errors.New("count must be a whole number >= 0")

@@ -13,6 +13,7 @@ import (
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 func TestRequestRoundTrip(t *testing.T) {
@@ -34,7 +35,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		topic := "rezuscloud/bridge/response/" + action
 		before := obs.count(topic)
 		publish(t, m.URL, "rezuscloud/bridge/request/"+action, []byte(payload), false)
-		waitFor(t, 5*time.Second, "response on "+topic, func() bool { return obs.count(topic) > before })
+		testenv.WaitFor(t, 5*time.Second, "response on "+topic, func() bool { return obs.count(topic) > before })
 		mm, _ := obs.get(topic)
 		if mm.retained {
 			t.Errorf("response retained")
@@ -204,7 +205,7 @@ func TestEntityCommands(t *testing.T) {
 	obs.waitSequence(t, "rezuscloud/bridge/availability", mk, 5*time.Second, "offline", "online")
 	// Subscriptions are made after online: wait until the broker has replayed
 	// the retained press to the bridge and the bridge has ignored it.
-	waitFor(t, 5*time.Second, "retained press replayed and ignored", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "retained press replayed and ignored", func() bool {
 		return warnings.FilterMessage("ignoring retained message on a command topic").
 			FilterField(zap.String("topic", "rezuscloud/lab/plan")).Len() > 0
 	})
@@ -222,7 +223,7 @@ func TestEntityCommands(t *testing.T) {
 
 	// Arm, wait out the timeout: disarmed by itself, destroy refused.
 	press("rezuscloud/lab/destroy_armed/set", "ON")
-	waitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
+	testenv.WaitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
 	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":true`)) })
 	armedAt := time.Now()
 	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return bytes.Contains(p, []byte(`"destroy_armed":false`)) })
@@ -237,16 +238,16 @@ func TestEntityCommands(t *testing.T) {
 
 	// Arm and disarm by hand.
 	press("rezuscloud/lab/destroy_armed/set", "ON")
-	waitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
+	testenv.WaitFor(t, 5*time.Second, "armed", func() bool { return b.Armed("lab") })
 	press("rezuscloud/lab/destroy_armed/set", "OFF")
-	waitFor(t, 5*time.Second, "disarmed", func() bool { return !b.Armed("lab") })
+	testenv.WaitFor(t, 5*time.Second, "disarmed", func() bool { return !b.Armed("lab") })
 
 	// Republish button: every discovery message goes out again.
 	disc := newObserver(t, m.URL, "homeassistant/device/#")
 	disc.sync(t) // the retained copies have arrived
 	before := disc.count("homeassistant/device/rezuscloud_lab/config")
 	press("rezuscloud/bridge/republish", "PRESS")
-	waitFor(t, 5*time.Second, "republish", func() bool { return disc.count("homeassistant/device/rezuscloud_lab/config") > before })
+	testenv.WaitFor(t, 5*time.Second, "republish", func() bool { return disc.count("homeassistant/device/rezuscloud_lab/config") > before })
 }
 
 func TestHandleRequestDirect(t *testing.T) {
@@ -287,7 +288,7 @@ func FuzzRequest(f *testing.F) {
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
 	b.SetTenants([]*tenant.Tenant{labTenant()})
 	f.Fuzz(func(t *testing.T, action string, payload []byte) {
-		req, err := DecodeRequest(action, payload)
+		req, err := decodeRequest(action, payload)
 		if err != nil {
 			r := ErrorResponse(req, err)
 			if _, err := json.Marshal(r); err != nil {

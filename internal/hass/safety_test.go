@@ -12,6 +12,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/hasstest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // availableTpl is the one availability template shape the bridge emits.
@@ -190,7 +191,7 @@ func TestRefusedCommands(t *testing.T) {
 			!strings.Contains(string(ev), tc.want) {
 			t.Errorf("%s %s: event %s, want refused %s with %q", tc.topic, tc.payload, ev, tc.operation, tc.want)
 		}
-		waitFor(t, 5*time.Second, "OnRefused", func() bool {
+		testenv.WaitFor(t, 5*time.Second, "OnRefused", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(hooked) == i+1
@@ -247,7 +248,7 @@ func eventsAfter(o *observer, mark int) [][]byte {
 func waitEvent(t *testing.T, o *observer, mark int) []byte {
 	t.Helper()
 	var ev []byte
-	waitFor(t, 5*time.Second, "operation event", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "operation event", func() bool {
 		evs := eventsAfter(o, mark)
 		if len(evs) > 0 {
 			ev = evs[0]

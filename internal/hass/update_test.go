@@ -54,7 +54,7 @@ func TestDecodeUpgradeRequest(t *testing.T) {
 		{ActionBackup, `{"tenant":"lab"}`, ""},
 		{ActionBackup, `{"tenant":"lab","version":"v1"}`, "does not apply"},
 	} {
-		_, err := DecodeRequest(c.action, []byte(c.payload))
+		_, err := decodeRequest(c.action, []byte(c.payload))
 		if (err == nil) != (c.bad == "") || (err != nil && !strings.Contains(err.Error(), c.bad)) {
 			t.Errorf("%s %s: %v; want %q", c.action, c.payload, err, c.bad)
 		}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -30,10 +31,11 @@ type Logger struct {
 
 // New returns a console logger writing to w at level.
 func New(level string, w io.Writer) (*Logger, error) {
-	lvl, err := zap.ParseAtomicLevel(level)
+	l, err := ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("log level %q: %w", level, err)
+		return nil, fmt.Errorf("log level: %w", err)
 	}
+	lvl := zap.NewAtomicLevelAt(l)
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
 	ec.EncodeLevel = zapcore.CapitalLevelEncoder
@@ -46,11 +48,22 @@ func New(level string, w io.Writer) (*Logger, error) {
 	return &Logger{Logger: zap.New(core), Level: lvl, Redactor: r}, nil
 }
 
-// SetLevel changes the level at run time.
-func (l *Logger) SetLevel(level string) error {
+// ParseLevel is the one parser of a log level setting: exactly one of
+// Levels (zap's own parser would also take "dpanic", "WARN" and others the
+// UI does not offer).
+func ParseLevel(level string) (zapcore.Level, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil || !slices.Contains(Levels, level) {
-		return fmt.Errorf("log level %q is not one of debug, info, warn, error", level)
+		return 0, fmt.Errorf("%q is not one of %s", level, strings.Join(Levels, ", "))
+	}
+	return lvl, nil
+}
+
+// SetLevel changes the level at run time.
+func (l *Logger) SetLevel(level string) error {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		return fmt.Errorf("log level: %w", err)
 	}
 	l.Level.SetLevel(lvl)
 	return nil

@@ -58,3 +58,14 @@ func TestLevel(t *testing.T) {
 		t.Fatal("bad level accepted")
 	}
 }
+
+func TestParseLevel(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{{"debug", true}, {"info", true}, {"warn", true}, {"error", true}, {"", false}, {"WARN", false}, {"dpanic", false}, {"loud", false}} {
+		if _, err := ParseLevel(tc.in); (err == nil) != tc.ok {
+			t.Errorf("ParseLevel(%q) = %v, want ok=%v", tc.in, err, tc.ok)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"google.golang.org/grpc/codes"
 
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -95,35 +95,9 @@ func apply(ctx context.Context, c *client.Client, endpoint string, cfg []byte, m
 	return nil
 }
 
-// Backoff is the retry schedule of operations that wait for a node.
-type Backoff struct {
-	Initial, Max time.Duration
-}
-
-// DefaultBackoff is used by WaitSecure and Bootstrap.
-var DefaultBackoff = Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second}
-
-// next returns the delay after attempt (0-based), with ±20% jitter.
-func (b Backoff) next(attempt int) time.Duration {
-	d := b.Initial
-	for i := 0; i < attempt && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	j := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	return max(j, time.Millisecond)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// retry is the schedule of operations that wait for a node (WaitSecure,
+// Bootstrap): 250 ms doubling to 5 s, up to 20% shorter.
+var retry = backoff.Policy{Initial: 250 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
 
 // WaitSecure waits until the node answers the mTLS API (Version) with the
 // tenant's credentials, retrying with backoff until ctx ends. It returns the
@@ -149,7 +123,7 @@ func WaitSecure(ctx context.Context, t Target, talosconfig []byte) (string, erro
 			return "", err
 		}
 		last = err
-		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
+		if serr := backoff.Sleep(ctx, retry.Next(attempt)); serr != nil {
 			return "", fmt.Errorf("waiting for the secure Talos API of %s: %w (last error: %s)", t, serr, short(last))
 		}
 	}
@@ -177,7 +151,7 @@ func Bootstrap(ctx context.Context, t Target, talosconfig []byte) error {
 		default:
 			return fmt.Errorf("bootstrap %s: %w", t, err)
 		}
-		if serr := sleep(ctx, DefaultBackoff.next(attempt)); serr != nil {
+		if serr := backoff.Sleep(ctx, retry.Next(attempt)); serr != nil {
 			return fmt.Errorf("bootstrap %s: %w (last error: %s)", t, serr, short(last))
 		}
 	}
@@ -201,7 +175,7 @@ func Kubeconfig(ctx context.Context, t Target, talosconfig []byte) ([]byte, erro
 }
 
 // SaveKubeconfig writes a kubeconfig (or talosconfig) atomically, mode 0600.
-func SaveKubeconfig(path string, data []byte) error { return WriteFileAtomic(path, data) }
+func SaveKubeconfig(path string, data []byte) error { return writeSecretFile(path, data) }
 
 // Reboot reboots a configured node.
 func Reboot(ctx context.Context, t Target, talosconfig []byte) error {

@@ -58,6 +58,11 @@ type Configs struct {
 	Talosconfig []byte
 }
 
+// EndpointURL is the Kubernetes API endpoint served at addr (an IP or host
+// name, IPv6 bracketed): https://addr:6443. It is the one place the URL is
+// built, for metal's first control plane and a cloud's endpoint output.
+func EndpointURL(addr string) string { return "https://" + net.JoinHostPort(addr, "6443") }
+
 // Endpoint returns the Kubernetes API endpoint of a tenant: its explicit
 // endpoint, or https://<first control plane machine>:6443 on metal. It is ""
 // when neither is known (a cloud tenant before its network exists).
@@ -67,7 +72,7 @@ func Endpoint(t *tenant.Tenant) string {
 	}
 	if t.Provider == tenant.ProviderMetal {
 		if g := t.ControlPlaneGroup(); g != nil && len(g.Machines) > 0 {
-			return "https://" + net.JoinHostPort(g.Machines[0].Address, "6443")
+			return EndpointURL(g.Machines[0].Address)
 		}
 	}
 	return ""

@@ -16,6 +16,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 var fastDelays = simnode.Options{
@@ -83,17 +84,6 @@ func (r *recorder) last(name string) (talos.NodeState, bool) {
 	return s[len(s)-1], true
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestTenantLifecycle is the "done" test: a tenant's three
 // simulated nodes go from maintenance to running through this package alone,
 // bootstrapped once, with a kubeconfig on disk, while the poller reports
@@ -117,7 +107,7 @@ func TestTenantLifecycle(t *testing.T) {
 
 	nodes := tn.Nodes()
 	t0 := time.Now()
-	waitFor(t, 5*time.Second, "maintenance reported", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "maintenance reported", func() bool {
 		for _, n := range nodes {
 			if st, ok := rec.last(n.Name); !ok || st.Stage != tenant.StageMaintenance {
 				return false
@@ -169,7 +159,7 @@ func TestTenantLifecycle(t *testing.T) {
 		t.Errorf("kubeconfig:\n%s", kc)
 	}
 
-	waitFor(t, 10*time.Second, "all running and ready", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "all running and ready", func() bool {
 		for _, n := range nodes {
 			if st, ok := rec.last(n.Name); !ok || st.Stage != tenant.StageRunning || !st.Ready {
 				return false
@@ -226,7 +216,7 @@ func TestWorkerAndResetFlow(t *testing.T) {
 	if err := cl.Nodes[1].WaitStage(ctx, runtime.MachineStageRebooting, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "worker down", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "worker down", func() bool {
 		st, err := talos.Status(ctx, talos.Direct(eps[wk.Name]), cfgs.Talosconfig)
 		return err == nil && st.Stage == tenant.StageUnreachable
 	})
@@ -377,10 +367,10 @@ func TestUnreachableBackoff(t *testing.T) {
 	pctx, pcancel := context.WithCancel(ctx)
 	defer pcancel()
 	go p.Run(pctx)
-	waitFor(t, 5*time.Second, "running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
+	testenv.WaitFor(t, 5*time.Second, "running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
 
 	cl.Nodes[0].SetUnreachable(true)
-	waitFor(t, 5*time.Second, "unreachable", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageUnreachable })
+	testenv.WaitFor(t, 5*time.Second, "unreachable", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageUnreachable })
 	before, dropped0 := attempts.Load(), cl.Nodes[0].Calls().Dropped
 	// A measurement window, not synchronisation: count the polls in 1.2 s.
 	time.Sleep(1200 * time.Millisecond)
@@ -403,7 +393,7 @@ func TestUnreachableBackoff(t *testing.T) {
 
 	cl.Nodes[0].SetUnreachable(false)
 	p.Trigger(name)
-	waitFor(t, 5*time.Second, "back to running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
+	testenv.WaitFor(t, 5*time.Second, "back to running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
 }
 
 func TestStatusForeignCluster(t *testing.T) {
@@ -448,18 +438,18 @@ func TestWatchStatus(t *testing.T) {
 	go func() {
 		done <- talos.WatchStatus(ctx, talos.Direct(eps[name]), cfgs.Talosconfig, func(st talos.NodeState) { rec.record(name, st) })
 	}()
-	waitFor(t, 5*time.Second, "watch sees running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
+	testenv.WaitFor(t, 5*time.Second, "watch sees running", func() bool { st, ok := rec.last(name); return ok && st.Stage == tenant.StageRunning })
 	if err := talos.Bootstrap(ctx, talos.Direct(eps[name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "watch sees ready", func() bool { st, ok := rec.last(name); return ok && st.Ready })
+	testenv.WaitFor(t, 5*time.Second, "watch sees ready", func() bool { st, ok := rec.last(name); return ok && st.Ready })
 	// The watch follows a reboot (the client resumes it from its last
 	// bookmark once the node is back) and ends with its context.
 	n0 := len(rec.stages(name))
 	if err := talos.Reboot(ctx, talos.Direct(eps[name]), cfgs.Talosconfig); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "watch sees the reboot and running again", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "watch sees the reboot and running again", func() bool {
 		st := rec.stages(name)
 		return len(st) > n0+1 && slicesContains(st[n0:], tenant.StageRebooting) && st[len(st)-1] == tenant.StageRunning
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 )
 
 // PollTarget is a node the poller watches.
@@ -276,8 +278,8 @@ func (p *Poller) pollOne(ctx context.Context, name string, t *pollTarget) {
 		return
 	}
 	if st.Stage == Unreachable.Stage {
-		d := p.opts.Interval << min(t.failures, 20)
-		t.next = time.Now().Add(min(d, p.opts.MaxBackoff))
+		sched := backoff.Policy{Initial: p.opts.Interval, Max: p.opts.MaxBackoff}
+		t.next = time.Now().Add(sched.Next(t.failures))
 		t.failures++
 	} else {
 		t.failures = 0

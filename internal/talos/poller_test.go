@@ -10,6 +10,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // The poller bounds concurrency, cuts slow polls at the per-node timeout
@@ -60,7 +61,7 @@ func TestPollerBounds(t *testing.T) {
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 
-	waitFor(t, 5*time.Second, "all reported", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "all reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == 21
@@ -82,7 +83,7 @@ func TestPollerBounds(t *testing.T) {
 		t.Error("state of a node never polled")
 	}
 	close(release)
-	waitFor(t, 5*time.Second, "new node reported", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "new node reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		_, ok := got["new"]

@@ -11,6 +11,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // cloud is a simulated cloud cluster: instances booted from their
@@ -174,17 +175,17 @@ func TestRoutedOperations(t *testing.T) {
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- talos.WatchStatus(wctx, wk, tc, func(st talos.NodeState) { rec.record("w", st) }) }()
-	waitFor(t, 5*time.Second, "watch sees running", func() bool { st, ok := rec.last("w"); return ok && st.Stage == tenant.StageRunning })
+	testenv.WaitFor(t, 5*time.Second, "watch sees running", func() bool { st, ok := rec.last("w"); return ok && st.Stage == tenant.StageRunning })
 	if err := talos.Reboot(ctx, wk, tc); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "watch sees rebooting", func() bool { return slicesContains(rec.stages("w"), tenant.StageRebooting) })
+	testenv.WaitFor(t, 5*time.Second, "watch sees rebooting", func() bool { return slicesContains(rec.stages("w"), tenant.StageRebooting) })
 	wcancel()
 	<-done
 	if err := c.workers[0].WaitStage(ctx, runtime.MachineStageRunning, true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "routed status after reboot", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "routed status after reboot", func() bool {
 		st, err := talos.Status(ctx, wk, tc)
 		return err == nil && st.Stage == tenant.StageRunning
 	})
@@ -310,7 +311,7 @@ func TestPollerRouted(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 10*time.Second, "all running and ready", allRunning)
+	testenv.WaitFor(t, 10*time.Second, "all running and ready", allRunning)
 	for _, n := range nodes {
 		if s := rec.stages(n.Name); slicesContains(s, tenant.StageMaintenance) {
 			t.Errorf("%s booted from its user_data but was seen in maintenance: %v", n.Name, s)
@@ -320,7 +321,7 @@ func TestPollerRouted(t *testing.T) {
 	// connection (and Bootstrap's): one for all the routed workers.
 	conns := c.cps[0].Calls().DirectPublic
 	v0 := c.workers[0].Calls().Version
-	waitFor(t, 5*time.Second, "more polls", func() bool { return c.workers[0].Calls().Version >= v0+5 })
+	testenv.WaitFor(t, 5*time.Second, "more polls", func() bool { return c.workers[0].Calls().Version >= v0+5 })
 	if n := c.cps[0].Calls().DirectPublic - conns; n != 0 {
 		t.Errorf("%d new connections while polling", n)
 	}
@@ -332,8 +333,8 @@ func TestPollerRouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := c.workers[1].Calls().Version
-	waitFor(t, 10*time.Second, "polls of the rebooted worker", func() bool { return c.workers[1].Calls().Version >= v1+3 })
-	waitFor(t, 10*time.Second, "all running again", allRunning)
+	testenv.WaitFor(t, 10*time.Second, "polls of the rebooted worker", func() bool { return c.workers[1].Calls().Version >= v1+3 })
+	testenv.WaitFor(t, 10*time.Second, "all running again", allRunning)
 	pcancel()
 	<-pdone
 	for _, w := range c.workers {

@@ -77,11 +77,11 @@ func LoadSecrets(path string) (*secrets.Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseSecrets(data)
+	return parseSecrets(data)
 }
 
-// ParseSecrets decodes a secrets bundle (the YAML of talosctl gen secrets).
-func ParseSecrets(data []byte) (*secrets.Bundle, error) {
+// parseSecrets decodes a secrets bundle (the YAML of talosctl gen secrets).
+func parseSecrets(data []byte) (*secrets.Bundle, error) {
 	b := &secrets.Bundle{}
 	if err := yaml.Unmarshal(data, b); err != nil {
 		return nil, fmt.Errorf("decode talos secrets: %w", err)
@@ -108,13 +108,13 @@ func SaveSecrets(path string, b *secrets.Bundle) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, data)
+	return writeSecretFile(path, data)
 }
 
-// WriteFileAtomic writes data to path with mode 0600 (its directory is
+// writeSecretFile writes data to path with mode 0600 (its directory is
 // created 0700): a temp file in the same dir, fsync, rename, fsync of the dir.
 // Readers see the old file or the new one, never a part.
-func WriteFileAtomic(path string, data []byte) error {
+func writeSecretFile(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}

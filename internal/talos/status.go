@@ -45,8 +45,8 @@ var Unreachable = NodeState{Stage: tenant.StageUnreachable}
 // secrets bundle was replaced).
 var ErrCredentials = errors.New("node does not accept this tenant's credentials")
 
-// StageFor maps a Talos machine stage to a node stage.
-func StageFor(s runtime.MachineStage) tenant.Stage {
+// stageFor maps a Talos machine stage to a node stage.
+func stageFor(s runtime.MachineStage) tenant.Stage {
 	switch s {
 	case runtime.MachineStageMaintenance:
 		return tenant.StageMaintenance
@@ -67,10 +67,10 @@ func StageFor(s runtime.MachineStage) tenant.Stage {
 	}
 }
 
-// StateFrom maps a MachineStatus resource to a NodeState.
-func StateFrom(ms *runtime.MachineStatus, talosVersion string) NodeState {
+// stateFrom maps a MachineStatus resource to a NodeState.
+func stateFrom(ms *runtime.MachineStatus, talosVersion string) NodeState {
 	spec := ms.TypedSpec()
-	st := NodeState{Stage: StageFor(spec.Stage), TalosVersion: talosVersion}
+	st := NodeState{Stage: stageFor(spec.Stage), TalosVersion: talosVersion}
 	st.Ready = st.Stage == tenant.StageRunning && spec.Status.Ready
 	for _, u := range spec.Status.UnmetConditions {
 		st.Unmet = append(st.Unmet, u.Name)
@@ -201,7 +201,7 @@ func readState(ctx context.Context, c *client.Client) (NodeState, error) {
 	if v, err := c.Version(ctx); err == nil {
 		tag = versionTag(v)
 	}
-	st := StateFrom(ms, tag)
+	st := stateFrom(ms, tag)
 	st.KubeletVersion = readKubeletVersion(ctx, c) // upgrade.go
 	return st, nil
 }
@@ -241,7 +241,7 @@ func WatchStatus(ctx context.Context, t Target, talosconfig []byte, fn func(Node
 					if !ok {
 						continue
 					}
-					st := StateFrom(ms, tag)
+					st := stateFrom(ms, tag)
 					if last == nil || !last.Equal(st) {
 						last = &st
 						fn(st)

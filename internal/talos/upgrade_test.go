@@ -12,6 +12,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 const (
@@ -146,17 +147,11 @@ func TestUpgradeFailures(t *testing.T) {
 			}
 			// down for good: unreachable through the control plane, until the
 			// fault is cleared; then it boots the old version again.
-			for {
+			testenv.WaitFor(t, 30*time.Second, "the node to go down", func() bool {
 				st, _ := talos.Status(ctx, tg, tc)
-				if st.Stage == tenant.StageUnreachable {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("node never went down: %+v", st)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			waitFor(t, 10*time.Second, "the node stuck down", n.Stuck)
+				return st.Stage == tenant.StageUnreachable
+			})
+			testenv.WaitFor(t, 10*time.Second, "the node stuck down", n.Stuck)
 			if members, err := talos.EtcdMembers(ctx, talos.Direct(cps[0]), tc); err != nil || len(members) != 1 {
 				t.Errorf("etcd members %v %v", members, err)
 			}

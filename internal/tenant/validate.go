@@ -34,14 +34,23 @@ var (
 // violation is one broken rule at a key path.
 type violation struct{ field, msg string }
 
-// CheckName reports whether s is a valid tenant or group name.
-func CheckName(s string) error {
+// MaxLabelLen is DNS-1123's label limit, so the bound of node names (they
+// are hostnames).
+const MaxLabelLen = 63
+
+// IsDNSLabel reports whether s is a DNS-1123 label: 1 to 63 lower-case
+// letters, digits and '-', starting and ending with a letter or digit. It is
+// the one name rule; tenant and group names add checkName's limits on top.
+func IsDNSLabel(s string) bool { return len(s) <= MaxLabelLen && dnsLabel.MatchString(s) }
+
+// checkName reports whether s is a valid tenant or group name.
+func checkName(s string) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("must not be empty")
 	case len(s) > MaxNameLen:
 		return fmt.Errorf("%q is longer than %d characters", s, MaxNameLen)
-	case !dnsLabel.MatchString(s):
+	case !IsDNSLabel(s):
 		return fmt.Errorf("%q must be lower-case letters, digits and '-', starting and ending with a letter or digit", s)
 	case s == "bridge":
 		return fmt.Errorf(`"bridge" is reserved for the add-on's own device`)
@@ -49,9 +58,9 @@ func CheckName(s string) error {
 	return nil
 }
 
-// CheckVersions reports whether the Talos and Kubernetes versions are well
+// checkVersions reports whether the Talos and Kubernetes versions are well
 // formed and Kubernetes is supported by that Talos (machinery's tables).
-func CheckVersions(talos, kubernetes string) (talosErr, kubeErr error) {
+func checkVersions(talos, kubernetes string) (talosErr, kubeErr error) {
 	if !talosSemver.MatchString(talos) {
 		talosErr = fmt.Errorf("%q is not a Talos version like v1.13.0", talos)
 	}
@@ -82,7 +91,7 @@ func (t *Tenant) validate(pos posMap) []violation {
 	add := func(field, format string, args ...any) {
 		vs = append(vs, violation{field, fmt.Sprintf(format, args...)})
 	}
-	if err := CheckName(t.Name); err != nil {
+	if err := checkName(t.Name); err != nil {
 		add("", "tenant name (the file name) %v", err)
 	}
 	if len(t.DisplayName) > 64 {
@@ -102,7 +111,7 @@ func (t *Tenant) validate(pos posMap) []violation {
 		add("kubernetes_version", "missing: set kubernetes_version, e.g. \"1.35.0\"")
 	}
 	if pos.has("talos_version") && pos.has("kubernetes_version") {
-		te, ke := CheckVersions(t.TalosVersion, t.KubernetesVersion)
+		te, ke := checkVersions(t.TalosVersion, t.KubernetesVersion)
 		if te != nil {
 			add("talos_version", "%v", te)
 		}
@@ -219,14 +228,14 @@ func (t *Tenant) validateGroups(pos posMap) []violation {
 	addrs := map[string]string{}
 	for i, g := range t.NodeGroups {
 		f := fmt.Sprintf("node_groups[%d]", i)
-		if err := CheckName(g.Name); err != nil {
+		if err := checkName(g.Name); err != nil {
 			add(f+".name", "%v", err)
 		} else if j, dup := seen[g.Name]; dup {
 			add(f+".name", "%q is already the name of node_groups[%d]", g.Name, j)
 		} else {
 			seen[g.Name] = i
-			if n := len(NodeName(t.Name, g.Name, 100)); n > 63 {
-				add(f+".name", "node names %q are too long for a hostname (%d > 63 characters): shorten the tenant or group name", NodeName(t.Name, g.Name, 1), n)
+			if n := len(NodeName(t.Name, g.Name, 100)); n > MaxLabelLen {
+				add(f+".name", "node names %q are too long for a hostname (%d > %d characters): shorten the tenant or group name", NodeName(t.Name, g.Name, 1), n, MaxLabelLen)
 			}
 		}
 		switch g.Role {

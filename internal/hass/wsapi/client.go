@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -24,6 +23,8 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 )
 
 // SupervisorURL is Home Assistant's WebSocket API as the Supervisor proxies it
@@ -123,16 +124,16 @@ func ResolveOptions(rawURL, token, supervisorToken string) (Options, error) {
 		return Options{}, errors.New("homeassistant.token is required when homeassistant.url is set " +
 			"(create a long-lived access token on your Home Assistant profile page)")
 	}
-	u, err := NormalizeURL(rawURL)
+	u, err := normalizeURL(rawURL)
 	if err != nil {
 		return Options{}, err
 	}
 	return Options{URL: u, Token: token}, nil
 }
 
-// NormalizeURL checks a WebSocket API URL. http(s) becomes ws(s), and a URL
+// normalizeURL checks a WebSocket API URL. http(s) becomes ws(s), and a URL
 // without a path gets /api/websocket.
-func NormalizeURL(raw string) (string, error) {
+func normalizeURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", errors.New("homeassistant.url is not a valid URL (e.g. ws://homeassistant.local:8123/api/websocket)")
@@ -304,7 +305,8 @@ func (c *Client) Run(ctx context.Context) error {
 		<-dispatchDone
 	}()
 
-	backoff := c.opts.BackoffMin
+	sched := backoff.Policy{Initial: c.opts.BackoffMin, Max: c.opts.BackoffMax, Jitter: 0.5}
+	step := 0 // position in the reconnect schedule
 	attempt := 0
 	for {
 		attempt++
@@ -320,13 +322,13 @@ func (c *Client) Run(ctx context.Context) error {
 				c.log.Error("home assistant refused the token; websocket link stopped", zap.Error(err))
 				return err
 			}
-			wait := jitter(backoff)
+			wait := sched.Next(step)
+			step++
 			c.log.Warn("cannot connect to home assistant websocket", zap.Error(err),
 				zap.Int("attempt", attempt), zap.Duration("retry_in", wait))
-			if !sleep(ctx, wait) {
+			if backoff.Sleep(ctx, wait) != nil {
 				return nil
 			}
-			backoff = min(backoff*2, c.opts.BackoffMax)
 			continue
 		}
 		attempt = 0
@@ -339,14 +341,14 @@ func (c *Client) Run(ctx context.Context) error {
 		// breaks right after auth keeps growing it, so a flapping HA is not
 		// hammered.
 		if time.Since(started) >= min(time.Minute, 2*c.opts.BackoffMax) {
-			backoff = c.opts.BackoffMin
+			step = 0
 		}
-		wait := jitter(backoff)
+		wait := sched.Next(step)
+		step++
 		c.log.Warn("home assistant websocket connection lost; reconnecting", zap.Duration("retry_in", wait))
-		if !sleep(ctx, wait) {
+		if backoff.Sleep(ctx, wait) != nil {
 			return nil
 		}
-		backoff = min(backoff*2, c.opts.BackoffMax)
 	}
 }
 
@@ -754,23 +756,4 @@ func redact(text, token string) string {
 		return text
 	}
 	return strings.ReplaceAll(text, token, "<redacted>")
-}
-
-// jitter spreads a delay over [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 func TestAuthAccepted(t *testing.T) {
@@ -41,7 +42,7 @@ func TestAuthAccepted(t *testing.T) {
 		t.Errorf("accepted connections = %d, want 1", got)
 	}
 	// The heartbeat runs every 20ms: a few cycles must pass without a reconnect.
-	waitUntil(t, 5*time.Second, "three heartbeats answered", func() bool { return pongs.Load() >= 3 })
+	testenv.WaitFor(t, 5*time.Second, "three heartbeats answered", func() bool { return pongs.Load() >= 3 })
 	if got := fake.Accepted(); got != 1 {
 		t.Errorf("accepted connections after heartbeats = %d, want 1", got)
 	}
@@ -227,7 +228,7 @@ func TestReconnectRestoresSubscriptions(t *testing.T) {
 	fake.DropConnections()
 	// The client noticed the drop and retried while HA refused (a refused
 	// dial follows the teardown that clears Connected).
-	waitUntil(t, 5*time.Second, "two refused reconnect attempts", func() bool { return fake.Dials() >= 3 })
+	testenv.WaitFor(t, 5*time.Second, "two refused reconnect attempts", func() bool { return fake.Dials() >= 3 })
 	if c.Connected() {
 		t.Error("Connected() while HA is down")
 	}
@@ -424,18 +425,6 @@ func TestServerDownKeepsRetrying(t *testing.T) {
 	// attempts, but far from a busy loop.
 	if n := hits.Load(); n < 3 || n > 40 {
 		t.Errorf("%d attempts in 300ms", n)
-	}
-}
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -279,7 +280,7 @@ func (l *Link) serveOut() {
 				break
 			}
 			l.log.Debug("home assistant call failed; retrying", zap.String("what", it.what), zap.Error(err))
-			if !sleep(l.ctx, retryInterval) {
+			if backoff.Sleep(l.ctx, retryInterval) != nil {
 				return
 			}
 		}

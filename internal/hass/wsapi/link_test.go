@@ -9,6 +9,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 func opEvent(tenantName, op string, result tenant.Result) tenant.OperationEvent {
@@ -264,7 +265,7 @@ func TestOperationQueuedWhileDisconnected(t *testing.T) {
 
 	l.Operation(opEvent("lab", "apply", tenant.ResultFailed))
 	// The item is queued; let HA refuse the client twice before it comes back.
-	waitUntil(t, 5*time.Second, "two refused connection attempts", func() bool { return fake.Dials() >= 2 })
+	testenv.WaitFor(t, 5*time.Second, "two refused connection attempts", func() bool { return fake.Dials() >= 2 })
 	fake.SetRefuse(false)
 	ctx := waitCtx(t)
 	if err := fake.WaitNotifications(ctx, func(n map[string]fakeha.Notification) bool { return len(n) == 1 }); err != nil {

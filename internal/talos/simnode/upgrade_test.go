@@ -22,6 +22,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 func upgradeHost(i int) string { return fmt.Sprintf("127.%d.9.%d", os.Getpid()%200+20, i) }
@@ -139,12 +140,8 @@ func TestLifecycleUpgradeAPI(t *testing.T) {
 	if err := c.Reboot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for n.TalosVersion() != "v1.13.1" { // switched when it boots again
-		if ctx.Err() != nil {
-			t.Fatalf("never booted the new version (stage %s)", n.Stage())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// switched when it boots again
+	testenv.WaitFor(t, 30*time.Second, "the new version to boot", func() bool { return n.TalosVersion() == "v1.13.1" })
 	if err := n.WaitStage(ctx, runtime.MachineStageRunning, true); err != nil {
 		t.Fatal(err)
 	}
