@@ -130,10 +130,11 @@ func TestE2ECloudOpenStack(t *testing.T) {
 	e.stop()
 }
 
-// TestE2ECloudInterrupted: SIGTERM while tofu creates the instances; the
-// state is saved, the operation shows as interrupted after the restart,
-// and the next Apply converges without duplicates.
-func TestE2ECloudInterrupted(t *testing.T) {
+// applyBlockedInCreate starts an installation, presses Apply and returns
+// once tofu is creating the last worker, whose create the stand-in holds
+// until release is closed.
+func applyBlockedInCreate(t *testing.T) (*env, *cloudsim.Cloud, chan struct{}) {
+	t.Helper()
 	var once sync.Once
 	creating := make(chan struct{})
 	release := make(chan struct{})
@@ -144,14 +145,29 @@ func TestE2ECloudInterrupted(t *testing.T) {
 		}
 		return nil
 	}})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
 	e.start()
-	mark := e.cap.mark()
 	e.publish(base+"/lab/apply", "PRESS")
 	select {
 	case <-creating:
 	case <-time.After(phaseTimeout):
 		t.Fatal("the instances were never created")
 	}
+	return e, cloud, release
+}
+
+// TestE2ECloudInterrupted: SIGTERM while tofu creates the instances; the
+// state is saved, the operation shows as interrupted after the restart,
+// and the next Apply converges without duplicates.
+func TestE2ECloudInterrupted(t *testing.T) {
+	e, cloud, release := applyBlockedInCreate(t)
+	mark := e.cap.mark()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -208,23 +224,7 @@ func (p *proc) waitLog(d time.Duration, s string) {
 // for it, keeps the newest state, and the next Apply converges without a
 // duplicate instance (fault matrix item 1).
 func TestE2ECloudKilled(t *testing.T) {
-	var once sync.Once
-	creating := make(chan struct{})
-	release := make(chan struct{})
-	e, cloud := newCloudEnv(t, simcloud.Hooks{ServerActive: func(s simcloud.Server) error {
-		if s.Name == "lab-workers-2" {
-			once.Do(func() { close(creating) })
-			<-release
-		}
-		return nil
-	}})
-	e.start()
-	e.publish(base+"/lab/apply", "PRESS")
-	select {
-	case <-creating:
-	case <-time.After(phaseTimeout):
-		t.Fatal("the instances were never created")
-	}
+	e, cloud, release := applyBlockedInCreate(t)
 	tofus := childrenNamed(e.proc.pid(), "tofu")
 	if len(tofus) == 0 {
 		t.Fatal("no tofu runs under rezuscloud while it creates instances")
