@@ -152,7 +152,7 @@ stop:       Ctrl-C
 		printEvents:  stdout,
 		started: func(e *engine.Engine) {
 			if *applyNow {
-				if _, err := e.Apply(ctx, demoTenant); err != nil {
+				if err := e.Apply(ctx, demoTenant); err != nil {
 					fmt.Fprintln(stderr, "demo: apply:", err)
 				}
 			}

@@ -33,15 +33,15 @@ func (e *Engine) backupDir(name string) string { return filepath.Join(e.opts.Dat
 
 // Backup takes an etcd snapshot of the tenant's cluster now (queued behind
 // a running operation).
-func (e *Engine) Backup(ctx context.Context, name string) (any, error) {
+func (e *Engine) Backup(ctx context.Context, name string) error {
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !ts.exists() {
-		return nil, fmt.Errorf("tenant %s: the cluster is not running (phase %s), so etcd has nothing to back up", name, ts.phase())
+		return fmt.Errorf("tenant %s: the cluster is not running (phase %s), so etcd has nothing to back up", name, ts.phase())
 	}
-	return e.queued(e.enqueue(name, "backup", nil))
+	return e.enqueue(name, "backup", nil)
 }
 
 // backup is the operation of the button and request.

@@ -26,7 +26,7 @@ func BenchmarkApplyToRunning(b *testing.B) {
 				f := newFixture(b, n, n-1, false)
 				b.StartTimer()
 				start := time.Now()
-				if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+				if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 					b.Fatal(err)
 				}
 				f.rec.wait(b, "running", 10*time.Minute, phaseIs(tenant.PhaseRunning))

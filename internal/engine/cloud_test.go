@@ -87,7 +87,7 @@ func TestCloudLifecycle(t *testing.T) {
 	r := f.rec
 	ctx := context.Background()
 
-	if _, err := f.eng.Plan(ctx, "lab"); err != nil {
+	if err := f.eng.Plan(ctx, "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "plan done", long, func(r *recorder) bool { ev, ok := r.lastEvent("plan"); return ok && ev.Result != tenant.ResultStarted })
@@ -98,7 +98,7 @@ func TestCloudLifecycle(t *testing.T) {
 		t.Fatalf("a plan created something: %+v", inv)
 	}
 
-	if _, err := f.eng.Apply(ctx, "lab"); err != nil {
+	if err := f.eng.Apply(ctx, "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running", long, func(r *recorder) bool {
@@ -140,14 +140,14 @@ func TestCloudLifecycle(t *testing.T) {
 	// scale 2 → 3 → 1: the removed instances are reset through the control
 	// plane and deleted
 	for _, n := range []int{3, 1} {
-		if _, err := f.eng.Scale(ctx, "lab", "workers", n); err != nil {
+		if err := f.eng.Scale(ctx, "lab", "workers", n); err != nil {
 			t.Fatal(err)
 		}
 		// Scale of a provisioned tenant plans; Apply applies that plan
 		r.mu.Lock()
 		applies := r.succeeded("apply")
 		r.mu.Unlock()
-		if _, err := f.eng.Apply(ctx, "lab"); err != nil {
+		if err := f.eng.Apply(ctx, "lab"); err != nil {
 			t.Fatal(err)
 		}
 		r.wait(t, fmt.Sprintf("%d workers running", n), long, func(r *recorder) bool {
@@ -165,7 +165,7 @@ func TestCloudLifecycle(t *testing.T) {
 		t.Fatalf("after scaling: %+v", c)
 	}
 
-	if _, err := f.eng.Destroy(ctx, "lab", "lab"); err != nil {
+	if err := f.eng.Destroy(ctx, "lab", "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "destroyed", long, func(r *recorder) bool {
@@ -195,7 +195,7 @@ func (f *cloudFixture) applyAndWait(t *testing.T) tenant.OperationEvent {
 		}
 	}
 	f.rec.mu.Unlock()
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	var last tenant.OperationEvent
@@ -286,7 +286,7 @@ func BenchmarkCloudApply(b *testing.B) {
 				f := newCloudFixtureB(b, size.cps, size.workers)
 				start := time.Now()
 				b.StartTimer()
-				if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+				if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 					b.Fatal(err)
 				}
 				f.rec.wait(b, "running", long, func(r *recorder) bool {

@@ -91,32 +91,13 @@ func (e *Engine) startDiscovery(ctx context.Context) <-chan struct{} {
 	return done
 }
 
-// Discover scans the configured ranges now and answers with the machines
-// found that no tenant declares.
-func (e *Engine) Discover(ctx context.Context) (any, error) {
+// Discover scans the configured ranges now and returns the machines found
+// that no tenant declares.
+func (e *Engine) Discover(ctx context.Context) ([]talos.Machine, error) {
 	if len(e.opts.Discovery.CIDRs) == 0 {
 		return nil, errors.New("finding machines is off: set discovery_cidrs (add-on) or [discovery] cidrs (config file)")
 	}
-	ms, err := e.scan(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]map[string]any, 0, len(ms))
-	for _, m := range ms {
-		d := map[string]any{"mac": m.MAC, "address": m.Address, "model": strings.TrimSpace(m.Manufacturer + " " + m.Model),
-			"cpu": m.CPU, "cores": m.Cores, "memory_bytes": m.MemoryBytes, "certificate_fingerprint": m.Fingerprint}
-		var disks []map[string]any
-		for _, dk := range m.Disks {
-			disks = append(disks, map[string]any{"dev_path": dk.DevPath, "size": dk.Size, "model": dk.Model, "transport": dk.Transport,
-				"removable": dk.Removable(), "readonly": dk.Readonly, "cdrom": dk.CDROM})
-		}
-		d["disks"] = disks
-		if dk, err := talos.InstallDisk(m.Disks); err == nil {
-			d["install_disk"] = dk.DevPath
-		}
-		out = append(out, d)
-	}
-	return map[string]any{"machines": out}, nil
+	return e.scan(ctx)
 }
 
 // scan runs one scan, updates what is remembered and publishes it.
@@ -236,14 +217,15 @@ func normMAC(s string) string {
 // Adopt adds a machine a scan found to a metal worker group of a tenant
 // (tenant.Store.Adopt: in place, count raised by one) on installDisk, or
 // else the largest disk that is not removable, read-only or a CD. Then the
-// tenant reacts like to any change of its file.
-func (e *Engine) Adopt(ctx context.Context, mac, name, group, installDisk string) (any, error) {
+// tenant reacts like to any change of its file. It returns the machine as
+// the file now declares it.
+func (e *Engine) Adopt(ctx context.Context, mac, name, group, installDisk string) (tenant.Machine, error) {
 	norm := normMAC(mac)
 	if norm == "" {
-		return nil, fmt.Errorf("adopting machine %q: not a MAC address like aa:bb:cc:dd:ee:ff", mac)
+		return tenant.Machine{}, fmt.Errorf("adopting machine %q: not a MAC address like aa:bb:cc:dd:ee:ff", mac)
 	}
 	if _, macs := e.declaredMachines(); macs[norm] {
-		return nil, fmt.Errorf("adopting machine %s: a tenant file already declares it; nothing was changed", norm)
+		return tenant.Machine{}, fmt.Errorf("adopting machine %s: a tenant file already declares it; nothing was changed", norm)
 	}
 	e.disc.mu.Lock()
 	sm, ok := e.disc.machines[norm]
@@ -253,7 +235,7 @@ func (e *Engine) Adopt(ctx context.Context, mac, name, group, installDisk string
 	}
 	e.disc.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("adopting machine %s: no scan found it in maintenance mode (press Scan network, or boot it from the Talos ISO)", norm)
+		return tenant.Machine{}, fmt.Errorf("adopting machine %s: no scan found it in maintenance mode (press Scan network, or boot it from the Talos ISO)", norm)
 	}
 	var paths []string
 	for _, d := range m.Disks {
@@ -263,25 +245,25 @@ func (e *Engine) Adopt(ctx context.Context, mac, name, group, installDisk string
 	if disk == "" {
 		d, err := talos.InstallDisk(m.Disks)
 		if err != nil {
-			return nil, fmt.Errorf("adopting machine %s (%s): %w", norm, m.Address, err)
+			return tenant.Machine{}, fmt.Errorf("adopting machine %s (%s): %w", norm, m.Address, err)
 		}
 		disk = d.DevPath
 	} else {
 		i := slices.IndexFunc(m.Disks, func(d talos.Disk) bool { return d.DevPath == disk })
 		switch {
 		case i < 0:
-			return nil, fmt.Errorf("adopting machine %s (%s): it has no disk %q (disks: %s); nothing was changed", norm, m.Address, disk, strings.Join(paths, ", "))
+			return tenant.Machine{}, fmt.Errorf("adopting machine %s (%s): it has no disk %q (disks: %s); nothing was changed", norm, m.Address, disk, strings.Join(paths, ", "))
 		case m.Disks[i].Removable() || m.Disks[i].Readonly || m.Disks[i].CDROM:
-			return nil, fmt.Errorf("adopting machine %s (%s): disk %s is removable, read-only or a CD, never an install disk; nothing was changed", norm, m.Address, disk)
+			return tenant.Machine{}, fmt.Errorf("adopting machine %s (%s): disk %s is removable, read-only or a CD, never an install disk; nothing was changed", norm, m.Address, disk)
 		}
 	}
 	tm := tenant.Machine{Address: m.Address, MAC: norm, InstallDisk: disk}
 	if _, err := e.get(name); err != nil {
-		return nil, fmt.Errorf("adopting machine %s (%s): %w; nothing was changed", norm, m.Address, err)
+		return tenant.Machine{}, fmt.Errorf("adopting machine %s (%s): %w; nothing was changed", norm, m.Address, err)
 	}
-	if _, err := e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.Adopt(name, group, tm, paths) }); err != nil {
-		return nil, err
+	if err := e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.Adopt(name, group, tm, paths) }); err != nil {
+		return tenant.Machine{}, err
 	}
 	e.publishMachines()
-	return map[string]any{"adopted": norm, "address": m.Address, "tenant": name, "group": group, "install_disk": disk}, nil
+	return tm, nil
 }

@@ -53,6 +53,10 @@ type Options struct {
 	TalosPort int
 	// NodeTimeout bounds the wait for nodes to come up (default 20 min).
 	NodeTimeout time.Duration
+	// secureTry is how long one wait for a configured node's secure API
+	// lasts before its stage is read again (default 3 s; unit tests
+	// shorten it).
+	secureTry time.Duration
 	// PollInterval is how often running nodes are polled (default 10 s).
 	PollInterval time.Duration
 	// ShareDir, when set, also receives each tenant's kubeconfig and
@@ -112,8 +116,14 @@ func New(opts Options) (*Engine, error) {
 	if opts.DataDir == "" || opts.Store == nil || opts.Infra == nil || opts.Publisher == nil {
 		return nil, fmt.Errorf("engine: DataDir, Store, Runner (or Infra) and Publisher are required")
 	}
+	// the poller reads nodes through a Nodes that is not the default one
+	// too (a fake's nodes are then polled like the flows read them); the
+	// default keeps the poller's own connections
+	var pollStatus func(context.Context, talos.Target, []byte) (talos.NodeState, error)
 	if opts.Nodes == nil {
 		opts.Nodes = talosNodes{}
+	} else if _, real := opts.Nodes.(talosNodes); !real {
+		pollStatus = opts.Nodes.Status
 	}
 	if opts.ParallelApplies <= 0 {
 		opts.ParallelApplies = 2
@@ -141,7 +151,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tstate{},
 		ready: make(chan struct{})}
-	e.poller = talos.NewPoller(talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState})
+	e.poller = talos.NewPoller(talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState, Status: pollStatus})
 	return e, nil
 }
 
@@ -193,16 +203,16 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // Reload reads the tenant files again now.
-func (e *Engine) Reload(ctx context.Context) (any, error) {
+func (e *Engine) Reload(ctx context.Context) error {
 	s, err := e.opts.Store.Load()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.apply(s)
 	if len(s.Problems) > 0 {
-		return nil, fmt.Errorf("some tenant files have problems:\n%w", s.Problems)
+		return fmt.Errorf("some tenant files have problems:\n%w", s.Problems)
 	}
-	return done, nil
+	return nil
 }
 
 // releaseStaleLocks recovers each tenant's tofu workspace at start-up
@@ -419,31 +429,20 @@ func (e *Engine) enqueueLocked(ts *tstate, op string, args *opArgs) error {
 	}
 }
 
-// done is the answer of a command that finished at once.
-var done = map[string]any{"done": true}
-
-// queued turns enqueue's result into a command's answer.
-func (e *Engine) queued(err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"queued": true}, nil
-}
-
 // Apply provisions the tenant as its file declares it: the pending plan if
 // one was made for exactly this spec, else a new plan applied at once.
-func (e *Engine) Apply(ctx context.Context, name string) (any, error) {
+func (e *Engine) Apply(ctx context.Context, name string) error {
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if ts.orphaned() {
-		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to apply, or destroy the tenant", name)
+		return fmt.Errorf("tenant %s: its file was removed; restore it to apply, or destroy the tenant", name)
 	}
 	if err := e.fileValid(name); err != nil {
-		return nil, err
+		return err
 	}
-	return e.queued(e.enqueue(name, "apply", nil))
+	return e.enqueue(name, "apply", nil)
 }
 
 // fileValid reads the tenant files now, as the watcher would, so that Apply
@@ -472,54 +471,54 @@ func (e *Engine) fileValid(name string) error {
 }
 
 // Plan plans the tenant and shows the pending changes.
-func (e *Engine) Plan(ctx context.Context, name string) (any, error) {
+func (e *Engine) Plan(ctx context.Context, name string) error {
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if ts.orphaned() {
-		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to plan", name)
+		return fmt.Errorf("tenant %s: its file was removed; restore it to plan", name)
 	}
 	if err := e.fileValid(name); err != nil {
-		return nil, err
+		return err
 	}
-	return e.queued(e.enqueue(name, "plan", nil))
+	return e.enqueue(name, "plan", nil)
 }
 
 // Cancel stops the tenant's running operation (tofu gets SIGINT and saves
 // its state) and drops the queued ones.
-func (e *Engine) Cancel(ctx context.Context, name string) (any, error) {
+func (e *Engine) Cancel(ctx context.Context, name string) error {
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !ts.cancel() {
-		return nil, fmt.Errorf("tenant %s: no operation is running", name)
+		return fmt.Errorf("tenant %s: no operation is running", name)
 	}
-	return done, nil
+	return nil
 }
 
 // Destroy tears the tenant's infrastructure down. confirm must be the
 // tenant's name.
-func (e *Engine) Destroy(ctx context.Context, name, confirm string) (any, error) {
+func (e *Engine) Destroy(ctx context.Context, name, confirm string) error {
 	if _, err := e.get(name); err != nil {
-		return nil, err
+		return err
 	}
 	if confirm != name {
-		return nil, fmt.Errorf("tenant %s: destroy needs confirm = %q", name, name)
+		return fmt.Errorf("tenant %s: destroy not confirmed: confirm must be the tenant name %q", name, name)
 	}
-	return e.queued(e.enqueue(name, "destroy", nil))
+	return e.enqueue(name, "destroy", nil)
 }
 
 // Scale writes a group's node count into the tenant file (atomically).
 // A provisioned tenant then plans, or applies when it has auto_apply; an
 // unprovisioned one uses the new count at its next Apply.
-func (e *Engine) Scale(ctx context.Context, name, group string, count int) (any, error) {
+func (e *Engine) Scale(ctx context.Context, name, group string, count int) error {
 	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetCount(name, group, count) })
 }
 
 // SetAutoApply writes auto_apply into the tenant file.
-func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) (any, error) {
+func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) error {
 	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetAutoApply(name, on) })
 }
 
@@ -529,15 +528,15 @@ func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) (any, e
 // refused command changes nothing. e.mu is held from the room check to the
 // enqueue (the worker only ever makes room), so no other command can take
 // the slot in between.
-func (e *Engine) editSpec(name string, write func() (*tenant.Tenant, error)) (any, error) {
+func (e *Engine) editSpec(name string, write func() (*tenant.Tenant, error)) error {
 	changed, err := e.editSpecLocked(name, write)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if changed {
 		e.publishTenants()
 	}
-	return done, nil
+	return nil
 }
 
 func (e *Engine) editSpecLocked(name string, write func() (*tenant.Tenant, error)) (changed bool, err error) {
@@ -573,23 +572,37 @@ func (e *Engine) editSpecLocked(name string, write func() (*tenant.Tenant, error
 
 // Bootstrap bootstraps etcd on the first control plane (a no-op when it
 // was done).
-func (e *Engine) Bootstrap(ctx context.Context, name string) (any, error) {
+func (e *Engine) Bootstrap(ctx context.Context, name string) error {
 	if _, err := e.get(name); err != nil {
-		return nil, err
+		return err
 	}
-	return e.queued(e.enqueue(name, "bootstrap", nil))
+	return e.enqueue(name, "bootstrap", nil)
 }
 
 // Reboot reboots one node.
-func (e *Engine) Reboot(ctx context.Context, name, node string) (any, error) {
+func (e *Engine) Reboot(ctx context.Context, name, node string) error {
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if err := ts.provisioned(node); err != nil {
+		return err
+	}
+	return e.enqueue(name, "reboot", &opArgs{node: node})
+}
+
+// provisioned refuses a node the tenant's file does not declare, or one
+// that is not provisioned (yet).
+func (ts *tstate) provisioned(node string) error {
+	if t := ts.shown(); t != nil {
+		if _, ok := t.Node(node); !ok {
+			return fmt.Errorf("tenant %s has no node %q", ts.name, node)
+		}
 	}
 	if _, ok := ts.target(node); !ok {
-		return nil, fmt.Errorf("tenant %s: node %q is not provisioned", name, node)
+		return fmt.Errorf("tenant %s: node %q is not provisioned", ts.name, node)
 	}
-	return e.queued(e.enqueue(name, "reboot", &opArgs{node: node}))
+	return nil
 }
 
 // SetLogLevel changes the log level.

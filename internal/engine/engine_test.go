@@ -228,7 +228,7 @@ func TestApplyScaleDestroy(t *testing.T) {
 	r.wait(t, "declared nodes pending", 10*time.Second, func(r *recorder) bool {
 		return len(r.nodes["lab"]) == 2 && r.nstatus["lab-cp-1"].Stage == tenant.StagePending && r.status["lab"].Phase == tenant.PhaseAbsent
 	})
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "phase running", long, phaseIs(tenant.PhaseRunning))
@@ -251,7 +251,7 @@ func TestApplyScaleDestroy(t *testing.T) {
 	}
 
 	// scale up: the file changes and the new node comes up
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 3); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 3); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "4 nodes running", long, func(r *recorder) bool {
@@ -264,7 +264,7 @@ func TestApplyScaleDestroy(t *testing.T) {
 	}
 
 	// scale down: the removed nodes are reset gracefully and leave
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "2 nodes after scale down", long, func(r *recorder) bool {
@@ -280,15 +280,15 @@ func TestApplyScaleDestroy(t *testing.T) {
 			t.Errorf("node %s not back in maintenance: %v", s.Host(), err)
 		}
 	}
-	if _, err := f.eng.Scale(context.Background(), "lab", "cp", 2); err == nil {
+	if err := f.eng.Scale(context.Background(), "lab", "cp", 2); err == nil {
 		t.Fatal("even control plane count accepted")
 	}
 
 	// destroy: refused without the confirmation, then done
-	if _, err := f.eng.Destroy(context.Background(), "lab", "nope"); err == nil {
+	if err := f.eng.Destroy(context.Background(), "lab", "nope"); err == nil {
 		t.Fatal("destroy without confirm accepted")
 	}
-	if _, err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
+	if err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "phase absent", long, func(r *recorder) bool {
@@ -315,7 +315,7 @@ func TestApplyScaleDestroy(t *testing.T) {
 	}
 
 	// a second life of the same tenant works (the bundle is reused)
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running again", long, phaseIs(tenant.PhaseRunning))
@@ -333,14 +333,14 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 func TestPlanThenApplyAndOrphan(t *testing.T) {
 	f := newFixture(t, 2, 1, false)
 	r := f.rec
-	if _, err := f.eng.Plan(context.Background(), "lab"); err != nil {
+	if err := f.eng.Plan(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "planned", long, func(r *recorder) bool {
 		st := r.status["lab"]
 		return st.Phase == tenant.PhasePlanned && st.Pending.Add == 2 && st.Operation == nil
 	})
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
@@ -348,7 +348,7 @@ func TestPlanThenApplyAndOrphan(t *testing.T) {
 		t.Fatalf("pending after apply: %+v", r.status["lab"].Pending)
 	}
 	// scaling without auto_apply only plans
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "plan of the scale down", long, func(r *recorder) bool {
@@ -370,14 +370,14 @@ func TestPlanThenApplyAndOrphan(t *testing.T) {
 			t.Fatalf("removing the file reset %s", s.Host())
 		}
 	}
-	if _, err := f.eng.Apply(context.Background(), "lab"); err == nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err == nil {
 		t.Fatal("apply of an orphaned tenant accepted")
 	}
 	// an orphan survives a restart and can still be destroyed
 	f.stop()
 	f.start()
 	r.wait(t, "orphaned after restart", long, func(r *recorder) bool { return r.status["lab"].Phase == tenant.PhaseOrphaned })
-	if _, err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
+	if err := f.eng.Destroy(context.Background(), "lab", "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "orphan destroyed and gone", long, func(r *recorder) bool {
@@ -397,7 +397,7 @@ func TestPlanThenApplyAndOrphan(t *testing.T) {
 func TestInterruptedApplyConverges(t *testing.T) {
 	f := newFixture(t, 2, 1, false)
 	r := f.rec
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "a node installing", long, func(r *recorder) bool {
@@ -419,7 +419,7 @@ func TestInterruptedApplyConverges(t *testing.T) {
 	r.mu.Lock()
 	starts := len(r.events)
 	r.mu.Unlock()
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running after restart", long, phaseIs(tenant.PhaseRunning))
@@ -436,16 +436,27 @@ func TestInterruptedApplyConverges(t *testing.T) {
 func TestCommandsCheckInput(t *testing.T) {
 	f := newFixture(t, 2, 1, false)
 	ctx := context.Background()
-	for name, call := range map[string]func() (any, error){
-		"apply unknown":     func() (any, error) { return f.eng.Apply(ctx, "nope") },
-		"scale unknown":     func() (any, error) { return f.eng.Scale(ctx, "lab", "nope", 1) },
-		"scale over pool":   func() (any, error) { return f.eng.Scale(ctx, "lab", "workers", 5) },
-		"reboot unprovided": func() (any, error) { return f.eng.Reboot(ctx, "lab", "lab-cp-1") },
-		"cancel idle":       func() (any, error) { return f.eng.Cancel(ctx, "lab") },
-		"destroy confirm":   func() (any, error) { return f.eng.Destroy(ctx, "lab", "") },
+	// The semantic checks live here, once (the bridge checks syntax only):
+	// each refusal says what is wrong and where.
+	for name, c := range map[string]struct {
+		call func() error
+		want string
+	}{
+		"apply unknown":      {func() error { return f.eng.Apply(ctx, "nope") }, `unknown tenant "nope"`},
+		"scale unknown":      {func() error { return f.eng.Scale(ctx, "lab", "nope", 1) }, `no group "nope"`},
+		"scale over pool":    {func() error { return f.eng.Scale(ctx, "lab", "workers", 5) }, "pool has"},
+		"scale out of range": {func() error { return f.eng.Scale(ctx, "lab", "workers", 101) }, "out of range"},
+		"scale cp zero":      {func() error { return f.eng.Scale(ctx, "lab", "cp", 0) }, "out of range"},
+		"scale cp even":      {func() error { return f.eng.Scale(ctx, "lab", "cp", 2) }, "node_groups[0].count"},
+		"reboot undeclared":  {func() error { return f.eng.Reboot(ctx, "lab", "lab-workers-9") }, `has no node "lab-workers-9"`},
+		"reboot unprovided":  {func() error { return f.eng.Reboot(ctx, "lab", "lab-cp-1") }, "not provisioned"},
+		"cancel idle":        {func() error { return f.eng.Cancel(ctx, "lab") }, "no operation is running"},
+		"destroy confirm":    {func() error { return f.eng.Destroy(ctx, "lab", "") }, "not confirmed"},
+		"destroy other name": {func() error { return f.eng.Destroy(ctx, "lab", "prod") }, `confirm must be the tenant name "lab"`},
+		"destroy unknown":    {func() error { return f.eng.Destroy(ctx, "nope", "nope") }, `unknown tenant "nope"`},
 	} {
-		if _, err := call(); err == nil {
-			t.Errorf("%s: accepted", name)
+		if err := c.call(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one containing %q", name, err, c.want)
 		}
 	}
 	data, _ := os.ReadFile(f.store.Path("lab"))
@@ -460,12 +471,12 @@ func TestCommandsCheckInput(t *testing.T) {
 func TestConfigChangeReachesRunningNodes(t *testing.T) {
 	f := newFixture(t, 2, 1, true)
 	r := f.rec
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
 	// Apply again: nothing changed, so no node is given its config again
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "second apply", long, func(r *recorder) bool { return r.succeeded("apply") == 2 })
@@ -521,7 +532,7 @@ func TestWakeOnLAN(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start()
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
@@ -532,10 +543,10 @@ func TestWakeOnLAN(t *testing.T) {
 	mu.Unlock()
 
 	// scaling the worker away powers its machine off (it has a mac) ...
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "scaled down", long, func(r *recorder) bool {
@@ -545,10 +556,10 @@ func TestWakeOnLAN(t *testing.T) {
 		t.Fatalf("worker after scale down: %+v, off %v", c, worker.PoweredOff())
 	}
 	// ... and growing the group again wakes it and brings it back
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "scaled up again", long, func(r *recorder) bool {

@@ -25,9 +25,13 @@ type fakeInfra struct {
 	dir      string
 	addrs    map[string]string // node name → address reported as output
 	applyErr error
-	mu       sync.Mutex
-	applies  int
-	applied  bool
+	// block, when set, makes Apply wait until its context ends (after it
+	// closes inApply, when set), as a long tofu apply does when cancelled
+	block   bool
+	inApply chan struct{}
+	mu      sync.Mutex
+	applies int
+	applied bool
 }
 
 func (fi *fakeInfra) Workspace(name string, _ tofu.WorkspaceOptions) (Workspace, error) {
@@ -58,6 +62,13 @@ func (w *fakeWorkspace) Plan(context.Context, tofu.RunOptions) (*tofu.Plan, erro
 	return &tofu.Plan{Summary: tofu.ChangeSummary{Add: len(w.fi.addrs)}}, nil
 }
 func (w *fakeWorkspace) Apply(ctx context.Context, _ *tofu.Plan, _ tofu.RunOptions) (*tofu.Result, error) {
+	if w.fi.block {
+		if w.fi.inApply != nil {
+			close(w.fi.inApply)
+		}
+		<-ctx.Done()
+		return nil, fmt.Errorf("fake tofu apply: %w", context.Cause(ctx))
+	}
 	w.fi.mu.Lock()
 	defer w.fi.mu.Unlock()
 	w.fi.applies++
@@ -94,6 +105,10 @@ type fakeNodes struct {
 	configured map[string]bool // endpoint → given a config
 	calls      []string
 	check      func(ep string)
+	// fallbacks counts, by endpoint, how often a node given its config
+	// falls back to maintenance mode instead of answering the secure API
+	// (its install failed); negative: always
+	fallbacks map[string]int
 }
 
 func (fn *fakeNodes) note(c string) { fn.mu.Lock(); fn.calls = append(fn.calls, c); fn.mu.Unlock() }
@@ -120,7 +135,20 @@ func (fn *fakeNodes) ApplyConfig(_ context.Context, t talos.Target, _, _ []byte)
 	fn.note("apply-config " + t.String())
 	return nil
 }
-func (fn *fakeNodes) WaitSecure(_ context.Context, t talos.Target, _ []byte) (string, error) {
+func (fn *fakeNodes) WaitSecure(ctx context.Context, t talos.Target, _ []byte) (string, error) {
+	ep := t.Endpoints[0]
+	fn.mu.Lock()
+	left := fn.fallbacks[ep]
+	if left != 0 {
+		fn.fallbacks[ep] = left - 1
+		fn.configured[ep] = false
+	}
+	fn.mu.Unlock()
+	if left != 0 {
+		fn.note("fell-back " + ep)
+		<-ctx.Done() // never answers: the engine's try times out
+		return "", ctx.Err()
+	}
 	return "v1", nil
 }
 func (fn *fakeNodes) Bootstrap(_ context.Context, t talos.Target, _ []byte) error {
@@ -155,9 +183,9 @@ func (fn *fakeNodes) WaitAnswering(context.Context, talos.Target, []byte, time.D
 	return nil
 }
 
-// unitFixture is an engine over fakes: no tofu, no simulated nodes. The
-// addresses are closed loopback ports, so the engine's own poller finds
-// nothing there.
+// unitFixture is an engine over fakes: no tofu, no simulated nodes. Its
+// poller reads the fake nodes too (through Options.Nodes), every hour or
+// when triggered.
 type unitFixture struct {
 	dir   string
 	rec   *recorder
@@ -184,7 +212,8 @@ func newUnitFixture(t *testing.T, tweak func(*unitFixture)) *unitFixture {
 		t.Fatal(err)
 	}
 	e, err := New(Options{DataDir: filepath.Join(dir, "data"), Store: &tenant.Store{Dir: tenants}, Infra: f.infra,
-		Nodes: f.nodes, Publisher: f.rec, TalosPort: 1, PollInterval: time.Hour, NodeTimeout: 30 * time.Second})
+		Nodes: f.nodes, Publisher: f.rec, TalosPort: 1, PollInterval: time.Hour, NodeTimeout: 30 * time.Second,
+		secureTry: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +252,7 @@ func (f *unitFixture) record(t *testing.T) record {
 
 func (f *unitFixture) apply(t *testing.T) tenant.OperationEvent {
 	t.Helper()
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	var ev tenant.OperationEvent

@@ -68,11 +68,11 @@ func TestScaleRefusedWritesNothing(t *testing.T) {
 	for range cap(ts.queue) {
 		ts.queue <- &operation{name: "plan"}
 	}
-	for _, call := range []func() (any, error){
-		func() (any, error) { return e.Scale(context.Background(), "lab", "workers", 2) },
-		func() (any, error) { return e.SetAutoApply(context.Background(), "lab", true) },
+	for _, call := range []func() error{
+		func() error { return e.Scale(context.Background(), "lab", "workers", 2) },
+		func() error { return e.SetAutoApply(context.Background(), "lab", true) },
 	} {
-		_, err := call()
+		err := call()
 		if !errors.Is(err, ErrBusy) {
 			t.Fatalf("a command with a full queue: err = %v, want ErrBusy", err)
 		}
@@ -86,7 +86,7 @@ func TestScaleRefusedWritesNothing(t *testing.T) {
 	}
 	// with room again, the same scale is taken
 	<-ts.queue
-	if _, err := e.Scale(context.Background(), "lab", "workers", 2); err != nil {
+	if err := e.Scale(context.Background(), "lab", "workers", 2); err != nil {
 		t.Fatalf("scale with room: %v", err)
 	}
 	if data, _ := os.ReadFile(store.Path("lab")); !strings.Contains(string(data), "count = 2") {
@@ -155,11 +155,11 @@ func TestApplyRefusedOnInvalidFile(t *testing.T) {
 	if err := os.WriteFile(store.Path("lab"), []byte(broken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, call := range map[string]func() (any, error){
-		"apply": func() (any, error) { return e.Apply(ctx, "lab") },
-		"plan":  func() (any, error) { return e.Plan(ctx, "lab") },
+	for name, call := range map[string]func() error{
+		"apply": func() error { return e.Apply(ctx, "lab") },
+		"plan":  func() error { return e.Plan(ctx, "lab") },
 	} {
-		_, err := call()
+		err := call()
 		if err == nil {
 			t.Fatalf("%s of an invalid file was accepted", name)
 		}
@@ -182,7 +182,7 @@ func TestMaintenanceFallback(t *testing.T) {
 	t.Run("once", func(t *testing.T) {
 		f := newFixture(t, 2, 1, false)
 		f.sims[1].FailInstall(1)
-		if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 			t.Fatal(err)
 		}
 		f.rec.wait(t, "phase running", long, phaseIs(tenant.PhaseRunning))
@@ -193,7 +193,7 @@ func TestMaintenanceFallback(t *testing.T) {
 	t.Run("always", func(t *testing.T) {
 		f := newFixture(t, 2, 1, false)
 		f.sims[1].FailInstall(100)
-		if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 			t.Fatal(err)
 		}
 		var ev tenant.OperationEvent

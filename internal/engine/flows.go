@@ -627,7 +627,7 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 	for {
 		st, err := ts.e.opts.Nodes.Status(ctx, target, tc)
 		if err == nil {
-			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = st.Stage })
+			ts.observe(name, st, "")
 			switch st.Stage {
 			case tenant.StageMaintenance:
 				if target.Routed() {
@@ -642,7 +642,7 @@ func (ts *tstate) configureNode(ctx context.Context, name string, target talos.T
 				}); err != nil {
 					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
 				}
-				ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
+				ts.intend(name, tenant.StageInstalling, false)
 				return nil
 			case tenant.StageRunning:
 				if ts.appliedHash(name) == hash {
@@ -682,7 +682,11 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 	const maxReapply = 2
 	reapplied := 0
 	for attempt := 0; ; attempt++ {
-		tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		try := ts.e.opts.secureTry
+		if try <= 0 {
+			try = 3 * time.Second
+		}
+		tctx, cancel := context.WithTimeout(ctx, try)
 		_, err := ts.e.opts.Nodes.WaitSecure(tctx, target, tc)
 		definitive := err != nil && tctx.Err() == nil // not a time-out: the node refused
 		cancel()
@@ -696,7 +700,7 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, context.Cause(ctx))
 		}
 		if st, serr := ts.e.opts.Nodes.Status(ctx, target, tc); serr == nil && st.Stage == tenant.StageMaintenance && !target.Routed() {
-			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageMaintenance, false })
+			ts.observe(name, st, "")
 			if reapplied >= maxReapply {
 				return fmt.Errorf("node %s fell back to maintenance mode %d times after it was given its machine config: check its install disk and its console", name, reapplied+1)
 			}
@@ -706,7 +710,7 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 			if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
 				return fmt.Errorf("node %s: applying its machine config again after it fell back to maintenance mode: %w", name, err)
 			}
-			ts.setNode(name, func(s *tenant.NodeStatus) { s.Stage = tenant.StageInstalling })
+			ts.intend(name, tenant.StageInstalling, false)
 		}
 	}
 }
@@ -762,12 +766,7 @@ func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, 
 			}
 			st, err := ts.e.opts.Nodes.Status(ctx, t, tc)
 			if err == nil {
-				ts.setNode(name, func(s *tenant.NodeStatus) {
-					s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
-					if st.TalosVersion != "" {
-						s.TalosVersion = st.TalosVersion
-					}
-				})
+				ts.observe(name, st, "")
 			}
 			if err != nil || st.Stage != tenant.StageRunning || !st.Ready {
 				waiting = append(waiting, name)
@@ -802,7 +801,7 @@ func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []stri
 		if !ok {
 			continue
 		}
-		ts.setNode(n, func(s *tenant.NodeStatus) { s.Stage = tenant.StageResetting; s.Ready = false })
+		ts.intend(n, tenant.StageResetting, false)
 		opts := talos.ResetOptions{Graceful: graceful}
 		m := machineOf(t, n)
 		if graceful && e.canPowerOff(m) { // power.go
@@ -971,8 +970,7 @@ func (ts *tstate) reboot(ctx context.Context, node string) (string, error) {
 	if err := ts.e.opts.Nodes.Reboot(ctx, ep, tc); err != nil {
 		return "", err
 	}
-	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage = tenant.StageRebooting; s.Ready = false })
-	e.poller.Trigger(pollKey(ts.name, node))
+	ts.intend(node, tenant.StageRebooting, false) // and polls it soon
 	return fmt.Sprintf("node %s is rebooting", node), nil
 }
 

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -84,4 +87,186 @@ func TestUnitRecordBeforeAct(t *testing.T) {
 	if len(f.nodes.calls) == 0 {
 		t.Error("no node was configured")
 	}
+}
+
+// lastErr is the error a command returns, whatever else it returns.
+func lastErr(vs ...any) error {
+	if len(vs) == 0 || vs[len(vs)-1] == nil {
+		return nil
+	}
+	err, _ := vs[len(vs)-1].(error)
+	return err
+}
+
+// TestUnitCancelDuringApply: a Cancel pressed while tofu applies ends the
+// apply cancelled, records no running operation and configures no node.
+func TestUnitCancelDuringApply(t *testing.T) {
+	in := make(chan struct{})
+	f := newUnitFixture(t, func(u *unitFixture) { u.infra.block, u.infra.inApply = true, in })
+	if err := lastErr(f.eng.Apply(context.Background(), "lab")); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tofu apply never started")
+	}
+	if err := lastErr(f.eng.Cancel(context.Background(), "lab")); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	var ev tenant.OperationEvent
+	f.rec.wait(t, "the apply to end", 10*time.Second, func(r *recorder) bool {
+		var ok bool
+		ev, ok = r.lastEvent("apply")
+		return ok
+	})
+	if ev.Result != tenant.ResultCancelled {
+		t.Fatalf("apply: %s: %q, want cancelled", ev.Result, ev.Message)
+	}
+	if r := f.record(t); r.Running != "" {
+		t.Errorf("record after cancel: running %q, want none", r.Running)
+	}
+	f.nodes.mu.Lock()
+	defer f.nodes.mu.Unlock()
+	if len(f.nodes.calls) != 0 {
+		t.Errorf("nodes were called after the apply was cancelled: %v", f.nodes.calls)
+	}
+}
+
+// TestUnitMaintenanceFallback: a node that falls back to maintenance mode
+// after it was given its config is given it again; once, and the apply
+// succeeds; every time, and the apply fails and says why.
+func TestUnitMaintenanceFallback(t *testing.T) {
+	const worker = "127.0.0.2:1"
+	for _, tc := range []struct {
+		name      string
+		fallbacks int
+		result    tenant.Result
+		message   string
+		applies   int // maintenance applies the worker gets
+	}{
+		{name: "once", fallbacks: 1, result: tenant.ResultSucceeded, applies: 2},
+		{name: "always", fallbacks: -1, result: tenant.ResultFailed,
+			message: "node lab-workers-1 fell back to maintenance mode 3 times", applies: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newUnitFixture(t, func(u *unitFixture) { u.nodes.fallbacks = map[string]int{worker: tc.fallbacks} })
+			ev := f.apply(t)
+			if ev.Result != tc.result || !strings.Contains(ev.Message, tc.message) {
+				t.Fatalf("apply: %s: %q, want %s with %q", ev.Result, ev.Message, tc.result, tc.message)
+			}
+			f.nodes.mu.Lock()
+			defer f.nodes.mu.Unlock()
+			n := 0
+			for _, c := range f.nodes.calls {
+				if c == "apply-maintenance "+worker {
+					n++
+				}
+			}
+			if n != tc.applies {
+				t.Errorf("the worker was given its config %d times, want %d (calls %v)", n, tc.applies, f.nodes.calls)
+			}
+		})
+	}
+}
+
+// TestUnitRoutedTarget: on a cloud, a node with only a private address is
+// reached through the control planes with a public one (then the
+// endpoint's host); nodes with their own address, and every metal node,
+// are dialled directly.
+func TestUnitRoutedTarget(t *testing.T) {
+	e := &Engine{opts: Options{TalosPort: 50000}}
+	nodes := map[string]nodeRecord{
+		"lab-cp-1":      {Address: "127.0.10.1", PrivateAddress: "10.0.0.11", Role: tenant.RoleControlPlane},
+		"lab-cp-2":      {Address: "127.0.10.2", PrivateAddress: "10.0.0.12", Role: tenant.RoleControlPlane},
+		"lab-workers-1": {Address: "10.0.0.21", PrivateAddress: "10.0.0.21", Role: tenant.RoleWorker},
+		"lab-workers-2": {PrivateAddress: "10.0.0.22", Role: tenant.RoleWorker},
+		"lab-workers-3": {Address: "127.0.10.3", PrivateAddress: "10.0.0.23", Role: tenant.RoleWorker},
+	}
+	const endpoint = "https://127.0.10.9:6443"
+	gw := []string{"127.0.10.1:50000", "127.0.10.2:50000", "127.0.10.9:50000"}
+	for _, tc := range []struct {
+		p    tenant.Provider
+		node string
+		want talos.Target
+		ok   bool
+	}{
+		{tenant.ProviderOpenStack, "lab-cp-1", talos.Direct("127.0.10.1:50000"), true},
+		{tenant.ProviderOpenStack, "lab-workers-1", talos.Route(gw, "10.0.0.21"), true},
+		{tenant.ProviderOpenStack, "lab-workers-2", talos.Route(gw, "10.0.0.22"), true},
+		{tenant.ProviderOpenStack, "lab-workers-3", talos.Direct("127.0.10.3:50000"), true},
+		{tenant.ProviderOpenStack, "lab-gone", talos.Target{}, false},
+		{tenant.ProviderMetal, "lab-workers-1", talos.Direct("10.0.0.21:50000"), true},
+	} {
+		got, ok := e.targetIn(tc.p, endpoint, nodes, tc.node)
+		if ok != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("%s %s: %v %v, want %v %v", tc.p, tc.node, got, ok, tc.want, tc.ok)
+		}
+	}
+	// without a control plane of its own address, only the endpoint's host
+	cpPrivate := map[string]nodeRecord{
+		"lab-cp-1":      {Address: "10.0.0.11", PrivateAddress: "10.0.0.11", Role: tenant.RoleControlPlane},
+		"lab-workers-1": {PrivateAddress: "10.0.0.21", Role: tenant.RoleWorker},
+	}
+	got, ok := e.targetIn(tenant.ProviderOpenStack, endpoint, cpPrivate, "lab-workers-1")
+	if want := talos.Route([]string{"127.0.10.9:50000"}, "10.0.0.21"); !ok || !got.Equal(want) {
+		t.Errorf("through the endpoint only: %v %v, want %v", got, ok, want)
+	}
+	if _, ok := e.targetIn(tenant.ProviderOpenStack, "", cpPrivate, "lab-workers-1"); ok {
+		t.Error("a routed node with no gateway at all has a target")
+	}
+}
+
+// TestUnitObserved: the one conversion of a node's read state into its
+// status: stage and readiness as read, versions kept when not read, and a
+// held intent stage kept while the node runs.
+func TestUnitObserved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		was  tenant.NodeStatus
+		st   talos.NodeState
+		hold tenant.Stage
+		want tenant.NodeStatus
+	}{
+		{name: "running and ready", was: tenant.NodeStatus{Stage: tenant.StageInstalling},
+			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0", KubeletVersion: "v1.32.0"},
+			want: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0", KubernetesVersion: "v1.32.0"}},
+		{name: "ready only when running", was: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0"},
+			st:   talos.NodeState{Stage: tenant.StageBooting, Ready: true},
+			want: tenant.NodeStatus{Stage: tenant.StageBooting, TalosVersion: "v1.9.0"}},
+		{name: "maintenance", was: tenant.NodeStatus{Stage: tenant.StageInstalling},
+			st: talos.NodeState{Stage: tenant.StageMaintenance}, want: tenant.NodeStatus{Stage: tenant.StageMaintenance}},
+		{name: "held while running", was: tenant.NodeStatus{Stage: tenant.StageUpgrading}, hold: tenant.StageUpgrading,
+			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true},
+			want: tenant.NodeStatus{Stage: tenant.StageUpgrading, Ready: true}},
+		{name: "hold ends when the node goes down", was: tenant.NodeStatus{Stage: tenant.StageUpgrading}, hold: tenant.StageUpgrading,
+			st: talos.NodeState{Stage: tenant.StageRebooting}, want: tenant.NodeStatus{Stage: tenant.StageRebooting}},
+		{name: "hold only of that stage", was: tenant.NodeStatus{Stage: tenant.StageBooting}, hold: tenant.StageUpgrading,
+			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true},
+			want: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true}},
+	} {
+		got := tc.was
+		observed(&got, tc.st, tc.hold)
+		if got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestUnitPollerThroughSeam: the poller reads nodes through the engine's
+// Nodes too, and is what shows a change no flow made: a running node
+// found back in maintenance mode.
+func TestUnitPollerThroughSeam(t *testing.T) {
+	f := newUnitFixture(t, nil)
+	if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
+		t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
+	}
+	f.nodes.mu.Lock()
+	f.nodes.configured["127.0.0.2:1"] = false // reset behind the engine's back
+	f.nodes.mu.Unlock()
+	f.eng.poller.Trigger(pollKey("lab", "lab-workers-1"))
+	f.rec.wait(t, "the poller to show the worker in maintenance", 10*time.Second, func(r *recorder) bool {
+		s := r.nstatus["lab-workers-1"]
+		return s.Stage == tenant.StageMaintenance && !s.Ready
+	})
 }

@@ -68,37 +68,37 @@ func (e *Engine) canPowerOff(m *tenant.Machine) bool {
 // then a wait until the node answers. A controller that cannot be used (no
 // such entity, no WebSocket link, a BMC that refuses the credentials) is
 // refused before anything is shut down.
-func (e *Engine) Power(ctx context.Context, name, node, state string) (any, error) {
+func (e *Engine) Power(ctx context.Context, name, node, state string) error {
 	if state != PowerOn && state != PowerOff {
-		return nil, fmt.Errorf("power %q: want \"on\" or \"off\"", state)
+		return fmt.Errorf("power %q: want \"on\" or \"off\"", state)
 	}
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, ok := ts.target(node); !ok {
-		return nil, fmt.Errorf("tenant %s: node %q is not provisioned", name, node)
+	if err := ts.provisioned(node); err != nil {
+		return err
 	}
 	t, _ := ts.snapshot()
 	m := machineOf(t, node)
 	if m == nil {
-		return nil, fmt.Errorf("tenant %s: node %s is not a metal machine: only metal machines are powered", name, node)
+		return fmt.Errorf("tenant %s: node %s is not a metal machine: only metal machines are powered", name, node)
 	}
 	c, spec, err := e.controller(m)
 	if err != nil {
-		return nil, fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
+		return fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
 	}
 	if state == PowerOn && spec.Kind == power.KindNone {
-		return nil, fmt.Errorf("node %s (%s): %w", node, m.Address, power.ErrManual)
+		return fmt.Errorf("node %s (%s): %w", node, m.Address, power.ErrManual)
 	}
 	if _, err := c.State(ctx); err != nil { // the entity exists, the BMC lets us in
-		return nil, fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
+		return fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
 	}
 	op := "power_on"
 	if state == PowerOff {
 		op = "power_off"
 	}
-	return e.queued(e.enqueue(name, op, &opArgs{node: node}))
+	return e.enqueue(name, op, &opArgs{node: node})
 }
 
 // powerOff runs a Power off: Talos shutdown, wait, controller Off.
@@ -108,7 +108,7 @@ func (ts *tstate) powerOff(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageShuttingDown, false })
+	ts.intend(node, tenant.StageShuttingDown, false)
 	if err := ts.e.opts.Nodes.Shutdown(ctx, target, tc); err != nil {
 		return "", fmt.Errorf("node %s: %w", node, err)
 	}
@@ -118,7 +118,7 @@ func (ts *tstate) powerOff(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageUnreachable, false })
+	ts.intend(node, tenant.StageUnreachable, false) // WaitGone saw it go; the poller cannot tell before power-off
 	if err := c.Off(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s) is shut down, but powering it off failed: %w", node, m.Address, err)
 	}

@@ -82,13 +82,13 @@ func TestSwitchPower(t *testing.T) {
 		if err := os.WriteFile(f.store.Path("lab"), []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.eng.Reload(context.Background()); err != nil {
+		if err := f.eng.Reload(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.start()
 	setPower("switch.missing_plug")
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "running", long, phaseIs(tenant.PhaseRunning))
@@ -100,7 +100,7 @@ func TestSwitchPower(t *testing.T) {
 		{"switch.rack_plug", "reboot", `"on" or "off"`},
 	} {
 		setPower(tc.power)
-		if _, err := f.eng.Power(context.Background(), "lab", node, tc.state); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := f.eng.Power(context.Background(), "lab", node, tc.state); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("power %s %s: %v, want %q", tc.power, tc.state, err, tc.want)
 		}
 	}
@@ -109,24 +109,24 @@ func TestSwitchPower(t *testing.T) {
 	}
 
 	setPower("switch.rack_plug")
-	if _, err := f.eng.Power(context.Background(), "lab", node, "off"); err != nil {
+	if err := f.eng.Power(context.Background(), "lab", node, "off"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "powered off", long, func(r *recorder) bool { return r.succeeded("power_off") == 1 })
 	if !worker.PoweredOff() || worker.Calls().Shutdown != 1 || len(offWhileUp) != 0 {
 		t.Fatalf("after power off: off %v, %+v, switched off while up %v", worker.PoweredOff(), worker.Calls(), offWhileUp)
 	}
-	if _, err := f.eng.Power(context.Background(), "lab", node, "on"); err != nil {
+	if err := f.eng.Power(context.Background(), "lab", node, "on"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "powered on", long, func(r *recorder) bool { return r.succeeded("power_on") == 1 })
 	r.wait(t, "running again", long, func(r *recorder) bool { return r.nstatus[node].Stage == tenant.StageRunning })
 
 	// scale down: graceful reset with halt, then the switch goes off
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "scaled down", long, func(r *recorder) bool {
@@ -140,10 +140,10 @@ func TestSwitchPower(t *testing.T) {
 		t.Fatalf("calls %v, want %v", got, want)
 	}
 	// scale up: the switch goes on, the machine comes back
-	if _, err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
+	if err := f.eng.Scale(context.Background(), "lab", "workers", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "scaled up", long, func(r *recorder) bool {

@@ -23,7 +23,8 @@ type record struct {
 	Infra bool `json:"infra"`
 	// Bootstrapped is true once the first control plane accepted Bootstrap.
 	Bootstrapped bool `json:"bootstrapped"`
-	// Phase is the last phase reached.
+	// Phase is the tenant's phase as it was when the last operation ended
+	// (a copy of the status's, see settlePhaseLocked).
 	Phase tenant.Phase `json:"phase"`
 	// Endpoint is the Kubernetes API endpoint the machine configs name.
 	Endpoint string `json:"endpoint,omitempty"`

@@ -78,7 +78,7 @@ func newTState(e *Engine, name string, rec record) *tstate {
 		ts.status.LastOperation = &tenant.OperationResult{Name: rec.Running, Result: tenant.ResultFailed, At: time.Now(),
 			Message: interrupted(rec.Running)}
 		ts.rec.Running = ""
-		ts.rec.Phase = ts.status.Phase
+		ts.settlePhaseLocked()
 		ts.rec.LastOperation = ts.status.LastOperation
 		if err := e.saveRecord(name, ts.rec); err != nil {
 			e.log.Error("saving tenant record", zap.String("tenant", name), zap.Error(err))
@@ -90,6 +90,14 @@ func newTState(e *Engine, name string, rec record) *tstate {
 	}
 	return ts
 }
+
+// settlePhaseLocked copies the phase into the record. The status's phase
+// is the one source: the record keeps a copy of it as it was when the last
+// operation ended (or a restart found one interrupted), which a restart
+// and a tenant file that comes back start from, and is written nowhere
+// else (a destroy's own save records absent, the phase it ends in).
+// Called with ts.mu held; the caller saves the record.
+func (ts *tstate) settlePhaseLocked() { ts.rec.Phase = ts.status.Phase }
 
 // interrupted is the message of an operation that a stop of rezuscloud
 // interrupted.
@@ -289,15 +297,51 @@ func (e *Engine) onNodeState(key string, st talos.NodeState) {
 	ts.mu.Lock()
 	ts.polled[node] = true
 	ts.mu.Unlock()
-	ts.setNode(node, func(s *tenant.NodeStatus) {
-		s.Stage, s.Ready = st.Stage, st.Ready && st.Stage == tenant.StageRunning
-		if st.TalosVersion != "" {
-			s.TalosVersion = st.TalosVersion
-		}
-		if st.KubeletVersion != "" {
-			s.KubernetesVersion = st.KubeletVersion
-		}
+	ts.setNode(node, func(s *tenant.NodeStatus) { observed(s, st, "") })
+}
+
+// observe shows a node's state that a flow read while it acts on the node,
+// through the same conversion as the poller's reports (observed). hold,
+// when not "", is an intent stage that a node reported running keeps (a
+// node being upgraded runs between its steps); it is still shown ready.
+// The poller reports only changes from what it read last: when the flow
+// read something else, the poller is told to read the node again, so that
+// its next report starts from what is shown and no change is lost.
+func (ts *tstate) observe(name string, st talos.NodeState, hold tenant.Stage) {
+	ts.setNode(name, func(s *tenant.NodeStatus) { observed(s, st, hold) })
+	key := pollKey(ts.name, name)
+	if last, ok := ts.e.poller.State(key); ok && !last.Equal(st) {
+		ts.e.poller.Trigger(key)
+	}
+}
+
+// observed turns a node's state into its status; see observe.
+func observed(s *tenant.NodeStatus, st talos.NodeState, hold tenant.Stage) {
+	if hold == "" || s.Stage != hold || st.Stage != tenant.StageRunning {
+		s.Stage = st.Stage
+	}
+	s.Ready = st.Ready && st.Stage == tenant.StageRunning
+	if st.TalosVersion != "" {
+		s.TalosVersion = st.TalosVersion
+	}
+	if st.KubeletVersion != "" {
+		s.KubernetesVersion = st.KubeletVersion
+	}
+}
+
+// intend shows a stage the engine puts a node in while it acts on it and
+// that no read can tell yet (installing after its config was given,
+// resetting, rebooting, upgrading, shutting down): the one way flows set
+// a stage themselves. The node is not ready in it, unless it keeps
+// serving while the engine acts (a Kubernetes upgrade: Ready is then
+// left as last read). The poller's next report replaces it with what the
+// node says; it is told to read the node soon.
+func (ts *tstate) intend(name string, stage tenant.Stage, serving bool) {
+	ts.setNode(name, func(s *tenant.NodeStatus) {
+		s.Stage = stage
+		s.Ready = s.Ready && serving
 	})
+	ts.e.poller.Trigger(pollKey(ts.name, name))
 }
 
 // pollKey names a node for the poller: tenant and node joined by a byte
@@ -440,7 +484,7 @@ func (ts *tstate) run(op *operation) {
 	if result != tenant.ResultSucceeded {
 		ts.advanceLocked(end, facts{backup: op.name == "backup"})
 	}
-	ts.rec.Phase = ts.status.Phase
+	ts.settlePhaseLocked()
 	forgotten := ts.forgotten
 	ts.mu.Unlock()
 	if !forgotten {

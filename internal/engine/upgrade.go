@@ -43,39 +43,39 @@ const upgradeStep = 200 * time.Millisecond
 // is checked before anything changes: the cluster must exist, the version
 // must be a step machinery's compatibility tables allow from what the nodes
 // run. The rollout is queued behind a running operation.
-func (e *Engine) Upgrade(ctx context.Context, name, component, version string) (any, error) {
+func (e *Engine) Upgrade(ctx context.Context, name, component, version string) error {
 	if component != ComponentTalos && component != ComponentKubernetes {
-		return nil, fmt.Errorf("tenant %s: component %q is not talos or kubernetes", name, component)
+		return fmt.Errorf("tenant %s: component %q is not talos or kubernetes", name, component)
 	}
 	ts, err := e.get(name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if ts.orphaned() {
-		return nil, fmt.Errorf("tenant %s: its file was removed; restore it to upgrade", name)
+		return fmt.Errorf("tenant %s: its file was removed; restore it to upgrade", name)
 	}
 	if !ts.exists() {
-		return nil, fmt.Errorf("tenant %s: the cluster is not running (phase %s): press Apply to create it first; nothing was changed",
+		return fmt.Errorf("tenant %s: the cluster is not running (phase %s): press Apply to create it first; nothing was changed",
 			name, ts.phase())
 	}
 	if err := e.fileValid(name); err != nil {
-		return nil, err
+		return err
 	}
 	t := ts.shown()
 	if version == "" {
 		version = fileVersion(t, component)
 	}
 	if err := ts.checkUpgrade(component, version, t); err != nil {
-		return nil, fmt.Errorf("tenant %s: %w; nothing was changed", name, err)
+		return fmt.Errorf("tenant %s: %w; nothing was changed", name, err)
 	}
 	if version == fileVersion(t, component) {
-		return e.queued(e.enqueue(name, "upgrade", &opArgs{component: component}))
+		return e.enqueue(name, "upgrade", &opArgs{component: component})
 	}
 	if err := e.writeVersion(name, component, version); err != nil {
-		return nil, err
+		return err
 	}
 	e.publishTenants()
-	return map[string]any{"queued": true}, nil
+	return nil
 }
 
 // writeVersion writes a version into the tenant file and queues its
@@ -475,18 +475,7 @@ func (r *rollout) status(ctx context.Context, node string) (talos.NodeState, err
 		return st, err
 	}
 	r.state[node] = st
-	r.ts.setNode(node, func(s *tenant.NodeStatus) {
-		if s.Stage != tenant.StageUpgrading || st.Stage != tenant.StageRunning {
-			s.Stage = st.Stage
-		}
-		s.Ready = st.Ready && st.Stage == tenant.StageRunning
-		if st.TalosVersion != "" {
-			s.TalosVersion = st.TalosVersion
-		}
-		if st.KubeletVersion != "" {
-			s.KubernetesVersion = st.KubeletVersion
-		}
-	})
+	r.ts.observe(node, st, tenant.StageUpgrading)
 	return st, nil
 }
 
@@ -593,7 +582,7 @@ func (r *rollout) talosNode(ctx context.Context, node, image string) error {
 		return errors.New("it has no address")
 	}
 	old := r.state[node].TalosVersion
-	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage, s.Ready = tenant.StageUpgrading, false })
+	ts.intend(node, tenant.StageUpgrading, false)
 	ts.e.log.Info("upgrading node", zap.String("tenant", ts.name), zap.String("node", node), zap.String("image", image))
 	if err := r.ts.e.opts.Nodes.Upgrade(ctx, tg, r.tc, image); err != nil {
 		r.status(ctx, node) //nolint:errcheck // shows its real stage again
@@ -767,7 +756,7 @@ func (r *rollout) kubeNode(ctx context.Context, t *tenant.Tenant, bundle *secret
 	if !ok {
 		return errors.New("it has no address")
 	}
-	ts.setNode(node, func(s *tenant.NodeStatus) { s.Stage = tenant.StageUpgrading })
+	ts.intend(node, tenant.StageUpgrading, true)
 	if err := r.ts.e.opts.Nodes.ApplyConfig(ctx, tg, r.tc, cfg); err != nil {
 		r.status(ctx, node) //nolint:errcheck // shows its real stage again
 		return err

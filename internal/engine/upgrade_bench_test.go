@@ -46,7 +46,7 @@ func BenchmarkTalosRollout(b *testing.B) {
 	f.store = &tenant.Store{Dir: tenants}
 	f.tweak = func(o *Options) { o.Publisher = logged{o.Publisher.(*recorder), nl}; o.NodeTimeout = time.Minute }
 	f.start()
-	if _, err := f.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
 		b.Fatal(err)
 	}
 	f.rec.wait(b, "running", long, phaseIs(tenant.PhaseRunning))
@@ -57,7 +57,7 @@ func BenchmarkTalosRollout(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		v := fmt.Sprintf("v1.13.%d", i+1)
 		nl.reset()
-		if _, err := f.eng.Upgrade(context.Background(), "lab", "talos", v); err != nil {
+		if err := f.eng.Upgrade(context.Background(), "lab", "talos", v); err != nil {
 			b.Fatal(err)
 		}
 		f.rec.wait(b, "rollout to "+v, long, func(r *recorder) bool {

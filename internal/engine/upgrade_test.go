@@ -203,7 +203,7 @@ func newUpgradeFixture(t *testing.T, workers int) (*fixture, *nodeLog) {
 		o.Publisher = logged{o.Publisher.(*recorder), nl}
 		o.NodeTimeout = 20 * time.Second
 	})
-	if _, err := fx.eng.Apply(context.Background(), "lab"); err != nil {
+	if err := fx.eng.Apply(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
 	fx.rec.wait(t, "phase running", long, phaseIs(tenant.PhaseRunning))
@@ -257,17 +257,17 @@ func TestUpgradeTalosRollout(t *testing.T) {
 
 	// refused before anything changes: a Kubernetes Talos 1.13 does not support
 	before, _ := os.ReadFile(f.store.Path("lab"))
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.37.0"); err == nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.37.0"); err == nil {
 		t.Fatal("Kubernetes 1.37.0 accepted")
 	}
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.11.0"); err == nil || !strings.Contains(err.Error(), "downgrade") {
+	if err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.11.0"); err == nil || !strings.Contains(err.Error(), "downgrade") {
 		t.Fatalf("downgrade: %v", err)
 	}
 	if after, _ := os.ReadFile(f.store.Path("lab")); string(after) != string(before) {
 		t.Fatal("a refused upgrade changed the file")
 	}
 
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.1"); err != nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.1"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "upgrade succeeded", long, func(r *recorder) bool {
@@ -309,7 +309,7 @@ func TestUpgradeTalosRollout(t *testing.T) {
 	// a second rollout in which a worker fails stops there
 	nl.reset()
 	f.sims[1].FailUpgrade(simnode.UpgradePullFails)
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.2"); err != nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.2"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "upgrade failed", long, func(r *recorder) bool {
@@ -335,7 +335,7 @@ func TestUpgradeTalosRollout(t *testing.T) {
 
 	// Install after the fault is cleared resumes with the nodes not on target
 	f.sims[1].ClearFault()
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "talos", ""); err != nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "talos", ""); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "resumed upgrade succeeded", long, func(r *recorder) bool {
@@ -350,7 +350,7 @@ func TestUpgradeTalosRollout(t *testing.T) {
 func TestUpgradeKubernetes(t *testing.T) {
 	f, nl := newUpgradeFixture(t, 1)
 	r := f.rec
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t, "kubernetes upgrade succeeded", long, func(r *recorder) bool {
@@ -367,7 +367,7 @@ func TestUpgradeKubernetes(t *testing.T) {
 		}
 	}
 	// an apply does not move a running cluster: the file's new version waits
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.37.0"); err == nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.37.0"); err == nil {
 		t.Fatal("unsupported Kubernetes accepted")
 	}
 }
@@ -376,14 +376,14 @@ func TestUpgradeRefusedWhenNotRunning(t *testing.T) {
 	f := newFixture(t, 2, 1, false)
 	f.rec.wait(t, "tenant known", 10*time.Second, func(r *recorder) bool { return len(r.tenants) == 1 })
 	before, _ := os.ReadFile(f.store.Path("lab"))
-	_, err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.1")
+	err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.1")
 	if err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Fatalf("upgrade of a tenant that does not exist: %v", err)
 	}
-	if _, err := f.eng.Backup(context.Background(), "lab"); err == nil {
+	if err := f.eng.Backup(context.Background(), "lab"); err == nil {
 		t.Fatal("backup of a tenant that does not exist accepted")
 	}
-	if _, err := f.eng.Upgrade(context.Background(), "lab", "etcd", ""); err == nil {
+	if err := f.eng.Upgrade(context.Background(), "lab", "etcd", ""); err == nil {
 		t.Fatal("unknown component accepted")
 	}
 	if after, _ := os.ReadFile(f.store.Path("lab")); string(after) != string(before) {

@@ -13,49 +13,48 @@ import (
 	"go.uber.org/zap"
 )
 
-// HandleRequest validates req against the current tenants and runs it. It
-// is the request API's core, shared by every transport (MQTT requests,
-// entity commands, WebSocket events). req must come from decodeRequest (or
-// be built to the same rules).
+// HandleRequest checks req's syntax and runs it through the action table.
+// It is the request API's core, shared by every transport (MQTT requests,
+// entity commands, WebSocket events). The engine checks what the values
+// mean; its refusal comes back as the error response.
 func (b *Bridge) HandleRequest(ctx context.Context, req Request) Response {
 	if err := checkFields(req); err != nil {
-		return ErrorResponse(req, err)
-	}
-	b.mu.Lock()
-	err := validate(req, b.tenants)
-	b.mu.Unlock()
-	if err != nil {
 		return ErrorResponse(req, err)
 	}
 	if b.cmd == nil {
 		return ErrorResponse(req, errors.New("no engine attached"))
 	}
+	a := actions[req.Action]
 	ctx, cancel := context.WithTimeout(ctx, b.opts.CommandTimeout)
 	defer cancel()
-	data, err := dispatch(ctx, b.cmd, req)
+	data, err := a.call(ctx, b.cmd, req)
 	if err != nil {
 		return ErrorResponse(req, err)
 	}
-	// Reflect accepted settings at once.
-	switch req.Action {
-	case ActionLogLevel:
-		b.mu.Lock()
-		b.logLevel = req.Level
-		b.refreshStateLocked(kindBridge, ref{})
-		b.mu.Unlock()
-		b.trigger()
-	case ActionAutoApply:
-		b.mu.Lock()
-		if b.tenants[req.Tenant] != nil {
-			b.autoApply[req.Tenant] = *req.Enabled
-			b.refreshStateLocked(kindTenant, ref{tenant: req.Tenant})
-		}
-		b.mu.Unlock()
-		b.trigger()
-	case ActionDestroy:
-		b.disarm(req.Tenant)
+	if a.after != nil {
+		a.after(b, req)
 	}
 	return okResponse(req, data)
+}
+
+// reflectLogLevel shows an accepted log level at once.
+func (b *Bridge) reflectLogLevel(req Request) {
+	b.mu.Lock()
+	b.logLevel = req.Level
+	b.refreshStateLocked(kindBridge, ref{})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// reflectAutoApply shows an accepted auto_apply at once.
+func (b *Bridge) reflectAutoApply(req Request) {
+	b.mu.Lock()
+	if b.tenants[req.Tenant] != nil {
+		b.autoApply[req.Tenant] = *req.Enabled
+		b.refreshStateLocked(kindTenant, ref{tenant: req.Tenant})
+	}
+	b.mu.Unlock()
+	b.trigger()
 }
 
 // HandleRaw decodes a request payload for action and handles it.
@@ -181,6 +180,11 @@ func (b *Bridge) handleCommand(topic string, payload []byte) {
 	switch {
 	case rt.e.set != nil:
 		err = rt.e.set(b, b.ctx, rt.r, p)
+	case rt.e.request != nil:
+		var req Request
+		if req, err = rt.e.request(b, rt.r, p); err == nil {
+			err = respErr(b.HandleRequest(b.ctx, req))
+		}
 	case rt.e.action != "":
 		if p != "PRESS" {
 			err = fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
@@ -190,10 +194,7 @@ func (b *Bridge) handleCommand(topic string, payload []byte) {
 		if rt.e.kind == kindBridge {
 			req.Tenant = ""
 		}
-		resp := b.HandleRequest(b.ctx, req)
-		if !resp.OK() {
-			err = errors.New(resp.Error)
-		}
+		err = respErr(b.HandleRequest(b.ctx, req))
 	default:
 		err = errors.New("entity takes no commands")
 	}
@@ -214,8 +215,11 @@ func respErr(r Response) error {
 
 // Entity command handlers (referenced from the entity table).
 
-func setLogLevel(b *Bridge, ctx context.Context, _ ref, p string) error {
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionLogLevel, Level: p}))
+// Entity request builders: an entity command's payload as a request of
+// the action table (the entity table's request column).
+
+func logLevelRequest(_ *Bridge, _ ref, p string) (Request, error) {
+	return Request{Action: ActionLogLevel, Level: p}, nil
 }
 
 func pressRepublish(b *Bridge, _ context.Context, _ ref, p string) error {
@@ -226,12 +230,12 @@ func pressRepublish(b *Bridge, _ context.Context, _ ref, p string) error {
 	return nil
 }
 
-func setCount(b *Bridge, ctx context.Context, r ref, p string) error {
+func countRequest(_ *Bridge, r ref, p string) (Request, error) {
 	n, err := parseCount(p)
 	if err != nil {
-		return err
+		return Request{}, err
 	}
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionScale, Tenant: r.tenant, Group: r.group, Count: &n}))
+	return Request{Action: ActionScale, Tenant: r.tenant, Group: r.group, Count: &n}, nil
 }
 
 func parseOnOff(p string) (bool, error) {
@@ -244,12 +248,12 @@ func parseOnOff(p string) (bool, error) {
 	return false, fmt.Errorf("unexpected payload %q (want ON or OFF)", truncate(p, 40))
 }
 
-func setAutoApply(b *Bridge, ctx context.Context, r ref, p string) error {
+func autoApplyRequest(_ *Bridge, r ref, p string) (Request, error) {
 	on, err := parseOnOff(p)
 	if err != nil {
-		return err
+		return Request{}, err
 	}
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionAutoApply, Tenant: r.tenant, Enabled: &on}))
+	return Request{Action: ActionAutoApply, Tenant: r.tenant, Enabled: &on}, nil
 }
 
 func setDestroyArmed(b *Bridge, _ context.Context, r ref, p string) error {
@@ -309,14 +313,14 @@ func (b *Bridge) Armed(tenantName string) bool {
 	return b.armed[tenantName] != nil
 }
 
-func pressDestroy(b *Bridge, ctx context.Context, r ref, p string) error {
+func destroyRequest(b *Bridge, r ref, p string) (Request, error) {
 	if p != "PRESS" {
-		return fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+		return Request{}, fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
 	}
 	if !b.Armed(r.tenant) {
-		return fmt.Errorf("destroy of %q refused: turn on \"Allow destroy\" first", r.tenant)
+		return Request{}, fmt.Errorf("destroy of %q refused: turn on \"Allow destroy\" first", r.tenant)
 	}
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionDestroy, Tenant: r.tenant, Confirm: r.tenant}))
+	return Request{Action: ActionDestroy, Tenant: r.tenant, Confirm: r.tenant}, nil
 }
 
 // scanStale reads the retained discovery for CleanupWindow and marks every

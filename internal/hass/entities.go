@@ -63,12 +63,14 @@ type entity struct {
 	// perGroup: one component per node group (key and name get the group).
 	perGroup bool
 
-	// Commands. press: a button; the payload is ignored. action names the
-	// request action a press runs (validated and dispatched like a
-	// request). set handles switch/select/number payloads and special
-	// presses.
-	action string
-	set    func(b *Bridge, ctx context.Context, r ref, payload string) error
+	// Commands go through the action table (request.go). action names the
+	// action a plain PRESS runs for this device; request, when set, turns
+	// the payload into a request of the table (a syntax check, never a
+	// semantic one). set is for the few commands that stay in the bridge
+	// (republish, arming destroy, a machine's group select).
+	action  string
+	request func(b *Bridge, r ref, payload string) (Request, error)
+	set     func(b *Bridge, ctx context.Context, r ref, payload string) error
 	// topicSuffix is the last command topic level(s) after the device's
 	// topic root; "" means key (buttons) — see commandTopic.
 	topicSuffix string
@@ -107,7 +109,7 @@ var entities = []entity{
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.version", disabled: true},
 	{kind: kindBridge, key: "log_level", platform: "select", name: "Log level",
 		category: "config", icon: "mdi:math-log", options: logging.Levels, value: "value_json.log_level",
-		topicSuffix: "log_level/set", set: setLogLevel},
+		topicSuffix: "log_level/set", request: logLevelRequest},
 	{kind: kindBridge, key: "reload", platform: "button", name: "Reload clusters",
 		category: "config", icon: "mdi:reload", action: ActionReload},
 	{kind: kindBridge, key: "republish", platform: "button", name: "Republish discovery",
@@ -144,28 +146,28 @@ var entities = []entity{
 		category: "diagnostic", icon: "mdi:tag", value: "value_json.kubernetes_version_running"},
 	// update.go: running versions, the file's targets, rollout progress
 	{kind: kindTenant, key: "talos_update", platform: "update", name: "Talos", class: "firmware",
-		value: "value_json.talos_update | tojson", topicSuffix: "talos_update/install", set: installer(ComponentTalos)},
+		value: "value_json.talos_update | tojson", topicSuffix: "talos_update/install", request: upgradeRequest(ComponentTalos)},
 	{kind: kindTenant, key: "kubernetes_update", platform: "update", name: "Kubernetes",
-		value: "value_json.kubernetes_update | tojson", topicSuffix: "kubernetes_update/install", set: installer(ComponentKubernetes)},
+		value: "value_json.kubernetes_update | tojson", topicSuffix: "kubernetes_update/install", request: upgradeRequest(ComponentKubernetes)},
 	{kind: kindTenant, key: "backup", platform: "button", name: "Back up etcd", icon: "mdi:database-export", action: ActionBackup},
 	{kind: kindTenant, key: "last_backup", platform: "sensor", name: "Last etcd backup",
 		class: "timestamp", icon: "mdi:database-clock",
 		value: "value_json.last_backup.at if value_json.last_backup else None",
 		attrs: "{'size': value_json.last_backup.size, 'file': value_json.last_backup.file} | tojson if value_json.last_backup else '{}'"},
 	{kind: kindTenant, key: "count", platform: "number", name: "nodes", perGroup: true,
-		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", set: setCount},
+		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", request: countRequest},
 	{kind: kindTenant, key: "apply", platform: "button", name: "Apply", icon: "mdi:play", action: ActionApply},
 	{kind: kindTenant, key: "plan", platform: "button", name: "Plan", icon: "mdi:clipboard-list", action: ActionPlan},
 	{kind: kindTenant, key: "cancel", platform: "button", name: "Cancel", icon: "mdi:stop", action: ActionCancel,
 		availableWhen: "value_json.operation"},
 	{kind: kindTenant, key: "auto_apply", platform: "switch", name: "Auto apply",
 		category: "config", icon: "mdi:auto-mode", value: "value_json.auto_apply",
-		topicSuffix: "auto_apply/set", set: setAutoApply},
+		topicSuffix: "auto_apply/set", request: autoApplyRequest},
 	{kind: kindTenant, key: "destroy_armed", platform: "switch", name: "Allow destroy",
 		category: "config", icon: "mdi:shield-alert", value: "value_json.destroy_armed",
 		topicSuffix: "destroy_armed/set", set: setDestroyArmed},
 	{kind: kindTenant, key: "destroy", platform: "button", name: "Destroy",
-		category: "config", icon: "mdi:delete-alert", set: pressDestroy,
+		category: "config", icon: "mdi:delete-alert", request: destroyRequest,
 		availableWhen: "value_json.destroy_armed"},
 
 	// node
@@ -199,14 +201,14 @@ var entities = []entity{
 		icon: "mdi:server-network", optionsFn: metalGroupOptions, value: "value_json.group",
 		topicSuffix: "cluster_group/set", set: setMachineGroup},
 	{kind: kindMachine, key: "adopt", platform: "button", name: "Adopt",
-		icon: "mdi:server-plus", set: pressAdopt},
+		icon: "mdi:server-plus", request: adoptRequest},
 
 	{kind: kindNode, key: "power", platform: "sensor", name: "Power",
 		class: "enum", options: powerOptions, icon: "mdi:power", value: "value_json.power"},
 	{kind: kindNode, key: "power_on", platform: "button", name: "Power on",
-		icon: "mdi:power-on", set: pressPowerOn},
+		icon: "mdi:power-on", request: powerRequest("on")},
 	{kind: kindNode, key: "shutdown", platform: "button", name: "Shut down",
-		category: "config", icon: "mdi:power-off", set: pressShutdown},
+		category: "config", icon: "mdi:power-off", request: powerRequest("off")},
 }
 
 // hasCommand reports whether the row takes commands.

@@ -23,7 +23,7 @@ func TestHandleEvent(t *testing.T) {
 		"no action":      `{"tenant":"lab","transaction":"t2"}`,
 		"action number":  `{"action":3,"tenant":"lab"}`,
 		"unknown action": `{"action":"explode","tenant":"lab"}`,
-		"bad confirm":    `{"action":"destroy","tenant":"lab","confirm":"lbb","transaction":"t3"}`,
+		"bad confirm":    `{"action":"destroy","tenant":"lab","confirm":"","transaction":"t3"}`,
 		"unknown key":    `{"action":"apply","tenant":"lab","force":true}`,
 		"not an object":  `["apply"]`,
 		"garbage":        `{`,

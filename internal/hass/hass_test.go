@@ -442,6 +442,26 @@ func topicMatch(filter, topic string) bool {
 	return len(f) == len(p)
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestActionTable: every action has a call, and its optional fields are
+// fields it takes.
+func TestActionTable(t *testing.T) {
+	for name, a := range actions {
+		if a.call == nil {
+			t.Errorf("%s: no call", name)
+		}
+		if a.optional&^a.fields != 0 {
+			t.Errorf("%s: optional fields it does not take", name)
+		}
+	}
+}
+
 func TestEntityTableInvariants(t *testing.T) {
 	keys := map[string]bool{}
 	for _, e := range entities {
@@ -450,11 +470,14 @@ func TestEntityTableInvariants(t *testing.T) {
 			t.Errorf("duplicate key %s", k)
 		}
 		keys[k] = true
-		if e.hasCommand() && e.action == "" && e.set == nil {
+		if e.hasCommand() && e.action == "" && e.set == nil && e.request == nil {
 			t.Errorf("%s takes commands but has no action", k)
 		}
+		if n := btoi(e.action != "") + btoi(e.set != nil) + btoi(e.request != nil); n > 1 {
+			t.Errorf("%s: action, request and set are exclusive", k)
+		}
 		if e.action != "" {
-			if _, ok := actionFields[e.action]; !ok {
+			if _, ok := actions[e.action]; !ok {
 				t.Errorf("%s: unknown action %s", k, e.action)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -30,7 +31,7 @@ type fakeCmd struct {
 
 func newFakeCmd() *fakeCmd { return &fakeCmd{ch: make(chan string, 100)} }
 
-func (f *fakeCmd) rec(format string, a ...any) (any, error) {
+func (f *fakeCmd) rec(format string, a ...any) error {
 	s := fmt.Sprintf(format, a...)
 	f.mu.Lock()
 	f.calls = append(f.calls, s)
@@ -40,10 +41,7 @@ func (f *fakeCmd) rec(format string, a ...any) (any, error) {
 	case f.ch <- s:
 	default:
 	}
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{"call": s}, nil
+	return err
 }
 
 func (f *fakeCmd) Calls() []string {
@@ -52,37 +50,43 @@ func (f *fakeCmd) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeCmd) Apply(_ context.Context, t string) (any, error)  { return f.rec("apply %s", t) }
-func (f *fakeCmd) Plan(_ context.Context, t string) (any, error)   { return f.rec("plan %s", t) }
-func (f *fakeCmd) Cancel(_ context.Context, t string) (any, error) { return f.rec("cancel %s", t) }
-func (f *fakeCmd) Destroy(_ context.Context, t, c string) (any, error) {
+func (f *fakeCmd) Apply(_ context.Context, t string) error  { return f.rec("apply %s", t) }
+func (f *fakeCmd) Plan(_ context.Context, t string) error   { return f.rec("plan %s", t) }
+func (f *fakeCmd) Cancel(_ context.Context, t string) error { return f.rec("cancel %s", t) }
+func (f *fakeCmd) Destroy(_ context.Context, t, c string) error {
 	return f.rec("destroy %s %s", t, c)
 }
-func (f *fakeCmd) Scale(_ context.Context, t, g string, n int) (any, error) {
+func (f *fakeCmd) Scale(_ context.Context, t, g string, n int) error {
 	return f.rec("scale %s %s %d", t, g, n)
 }
-func (f *fakeCmd) Bootstrap(_ context.Context, t string) (any, error) {
-	return f.rec("bootstrap %s", t)
-}
-func (f *fakeCmd) Reboot(_ context.Context, t, n string) (any, error) {
+func (f *fakeCmd) Bootstrap(_ context.Context, t string) error { return f.rec("bootstrap %s", t) }
+func (f *fakeCmd) Reboot(_ context.Context, t, n string) error {
 	return f.rec("reboot %s %s", t, n)
 }
-func (f *fakeCmd) SetAutoApply(_ context.Context, t string, on bool) (any, error) {
+func (f *fakeCmd) SetAutoApply(_ context.Context, t string, on bool) error {
 	return f.rec("auto_apply %s %v", t, on)
 }
-func (f *fakeCmd) Reload(context.Context) (any, error) { return f.rec("reload") }
-func (f *fakeCmd) Upgrade(_ context.Context, t, c, v string) (any, error) {
+func (f *fakeCmd) Reload(context.Context) error { return f.rec("reload") }
+func (f *fakeCmd) Upgrade(_ context.Context, t, c, v string) error {
 	return f.rec("upgrade %s %s %s", t, c, v)
 }
-func (f *fakeCmd) Backup(_ context.Context, t string) (any, error) {
-	return f.rec("backup %s", t)
+func (f *fakeCmd) Backup(_ context.Context, t string) error { return f.rec("backup %s", t) }
+func (f *fakeCmd) SetLogLevel(l string) error               { return f.rec("log_level %s", l) }
+
+// Discover answers one machine, so that the response's data is seen.
+func (f *fakeCmd) Discover(context.Context) ([]talos.Machine, error) {
+	if err := f.rec("discover"); err != nil {
+		return nil, err
+	}
+	return []talos.Machine{{MAC: "02:00:00:00:00:09", Address: "127.0.0.9"}}, nil
 }
-func (f *fakeCmd) SetLogLevel(l string) error            { _, err := f.rec("log_level %s", l); return err }
-func (f *fakeCmd) Discover(context.Context) (any, error) { return f.rec("discover") }
-func (f *fakeCmd) Adopt(_ context.Context, mac, t, g, d string) (any, error) {
-	return f.rec("adopt %s %s %s %s", mac, t, g, d)
+func (f *fakeCmd) Adopt(_ context.Context, mac, t, g, d string) (tenant.Machine, error) {
+	if err := f.rec("adopt %s %s %s %s", mac, t, g, d); err != nil {
+		return tenant.Machine{}, err
+	}
+	return tenant.Machine{MAC: mac, Address: "127.0.0.9", InstallDisk: "/dev/sda"}, nil
 }
-func (f *fakeCmd) Power(_ context.Context, t, n, st string) (any, error) {
+func (f *fakeCmd) Power(_ context.Context, t, n, st string) error {
 	return f.rec("power %s %s %s", t, n, st)
 }
 

@@ -177,10 +177,10 @@ func setMachineGroup(b *Bridge, _ context.Context, r ref, p string) error {
 	return nil
 }
 
-// pressAdopt adopts the machine into the group its select shows.
-func pressAdopt(b *Bridge, ctx context.Context, r ref, p string) error {
+// adoptRequest adopts the machine into the group its select shows.
+func adoptRequest(b *Bridge, r ref, p string) (Request, error) {
 	if p != "PRESS" {
-		return fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+		return Request{}, fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
 	}
 	b.mu.Lock()
 	m, ok := b.machines[r.machine]
@@ -190,28 +190,44 @@ func pressAdopt(b *Bridge, ctx context.Context, r ref, p string) error {
 	}
 	b.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("machine %s is no longer found", r.machine)
+		return Request{}, fmt.Errorf("machine %s is no longer found", r.machine)
 	}
 	tn, g, found := strings.Cut(group, "/")
 	if !found {
-		return fmt.Errorf("machine %s (%s): no metal worker group to adopt it into", m.MAC, m.Address)
+		return Request{}, fmt.Errorf("machine %s (%s): no metal worker group to adopt it into", m.MAC, m.Address)
 	}
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionAdopt, MAC: m.MAC, Tenant: tn, Group: g}))
+	return Request{Action: ActionAdopt, MAC: m.MAC, Tenant: tn, Group: g}, nil
 }
 
-func pressPowerOn(b *Bridge, ctx context.Context, r ref, p string) error {
-	return pressPower(b, ctx, r, p, "on")
-}
-
-func pressShutdown(b *Bridge, ctx context.Context, r ref, p string) error {
-	return pressPower(b, ctx, r, p, "off")
-}
-
-func pressPower(b *Bridge, ctx context.Context, r ref, p, state string) error {
-	if p != "PRESS" {
-		return fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+// powerRequest is the request of the "Power on" and "Shut down" buttons.
+func powerRequest(state string) func(b *Bridge, r ref, p string) (Request, error) {
+	return func(_ *Bridge, r ref, p string) (Request, error) {
+		if p != "PRESS" {
+			return Request{}, fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+		}
+		return Request{Action: ActionPower, Tenant: r.tenant, Node: r.node, State: state}, nil
 	}
-	return respErr(b.HandleRequest(ctx, Request{Action: ActionPower, Tenant: r.tenant, Node: r.node, State: state}))
+}
+
+// machinesData is the data of a discover response: the machines a scan
+// found, as the request API documents them.
+func machinesData(ms []talos.Machine) []map[string]any {
+	out := make([]map[string]any, 0, len(ms))
+	for _, m := range ms {
+		d := map[string]any{"mac": m.MAC, "address": m.Address, "model": strings.TrimSpace(m.Manufacturer + " " + m.Model),
+			"cpu": m.CPU, "cores": m.Cores, "memory_bytes": m.MemoryBytes, "certificate_fingerprint": m.Fingerprint}
+		var disks []map[string]any
+		for _, dk := range m.Disks {
+			disks = append(disks, map[string]any{"dev_path": dk.DevPath, "size": dk.Size, "model": dk.Model, "transport": dk.Transport,
+				"removable": dk.Removable(), "readonly": dk.Readonly, "cdrom": dk.CDROM})
+		}
+		d["disks"] = disks
+		if dk, err := talos.InstallDisk(m.Disks); err == nil {
+			d["install_disk"] = dk.DevPath
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // checkMachineFields checks the fields of discover, adopt and power.

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -56,62 +57,147 @@ const (
 	fState
 )
 
-// optionalFields are fields an action takes but does not need.
-var optionalFields = map[string]int{ActionUpgrade: fVersion, ActionAdopt: fDisk}
+// action is one row of the action table: the fields a request of the
+// action takes (syntax checked here, in hass, once), and the Commander call
+// it makes. Every transport (MQTT requests, entity commands, WebSocket
+// events) goes through this table; the meaning of the values (tenant, group
+// and node exist, count within bounds, destroy confirmed) is checked once,
+// by the engine, whose error text is shown to the user.
+type action struct {
+	fields   int // the fields the action takes
+	optional int // of those, the ones it may leave out
+	// call runs the action; its result is the response's data.
+	call func(ctx context.Context, c Commander, r Request) (any, error)
+	// after, when set, reflects an accepted request in the bridge at once.
+	after func(b *Bridge, r Request)
+}
 
-var actionFields = map[string]int{
-	ActionApply:     fTenant,
-	ActionPlan:      fTenant,
-	ActionCancel:    fTenant,
-	ActionDestroy:   fTenant | fConfirm,
-	ActionScale:     fTenant | fGroup | fCount,
-	ActionBootstrap: fTenant,
-	ActionReboot:    fTenant | fNode,
-	ActionReload:    0,
-	ActionAutoApply: fTenant | fEnabled,
-	ActionLogLevel:  fLevel,
-	ActionUpgrade:   fTenant | fComponent | fVersion,
-	ActionBackup:    fTenant,
-	ActionDiscover:  0,
-	ActionAdopt:     fMAC | fTenant | fGroup | fDisk,
-	ActionPower:     fTenant | fNode | fState,
+// Response data of the commands that answer with no data of their own
+// (docs/reference.md, contract).
+var (
+	dataQueued = map[string]any{"queued": true}
+	dataDone   = map[string]any{"done": true}
+)
+
+// queued answers {"queued":true}: the command queued an operation.
+func queued(f func(context.Context, Commander, Request) error) func(context.Context, Commander, Request) (any, error) {
+	return func(ctx context.Context, c Commander, r Request) (any, error) {
+		if err := f(ctx, c, r); err != nil {
+			return nil, err
+		}
+		return dataQueued, nil
+	}
+}
+
+// done answers {"done":true}: the command finished at once.
+func done(f func(context.Context, Commander, Request) error) func(context.Context, Commander, Request) (any, error) {
+	return func(ctx context.Context, c Commander, r Request) (any, error) {
+		if err := f(ctx, c, r); err != nil {
+			return nil, err
+		}
+		return dataDone, nil
+	}
+}
+
+// actions is the action table (docs/design.md §4).
+var actions = map[string]action{
+	ActionApply: {fields: fTenant, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Apply(ctx, r.Tenant)
+	})},
+	ActionPlan: {fields: fTenant, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Plan(ctx, r.Tenant)
+	})},
+	ActionCancel: {fields: fTenant, call: done(func(ctx context.Context, c Commander, r Request) error {
+		return c.Cancel(ctx, r.Tenant)
+	})},
+	ActionDestroy: {fields: fTenant | fConfirm, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Destroy(ctx, r.Tenant, r.Confirm)
+	}), after: func(b *Bridge, r Request) { b.disarm(r.Tenant) }},
+	ActionScale: {fields: fTenant | fGroup | fCount, call: done(func(ctx context.Context, c Commander, r Request) error {
+		return c.Scale(ctx, r.Tenant, r.Group, *r.Count)
+	})},
+	ActionBootstrap: {fields: fTenant, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Bootstrap(ctx, r.Tenant)
+	})},
+	ActionReboot: {fields: fTenant | fNode, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Reboot(ctx, r.Tenant, r.Node)
+	})},
+	ActionReload: {call: done(func(ctx context.Context, c Commander, _ Request) error {
+		return c.Reload(ctx)
+	})},
+	ActionAutoApply: {fields: fTenant | fEnabled, call: done(func(ctx context.Context, c Commander, r Request) error {
+		return c.SetAutoApply(ctx, r.Tenant, *r.Enabled)
+	}), after: (*Bridge).reflectAutoApply},
+	ActionLogLevel: {fields: fLevel, call: func(_ context.Context, c Commander, r Request) (any, error) {
+		if err := c.SetLogLevel(r.Level); err != nil {
+			return nil, err
+		}
+		return map[string]string{"log_level": r.Level}, nil
+	}, after: (*Bridge).reflectLogLevel},
+	ActionUpgrade: {fields: fTenant | fComponent | fVersion, optional: fVersion,
+		call: queued(func(ctx context.Context, c Commander, r Request) error {
+			return c.Upgrade(ctx, r.Tenant, r.Component, r.Version)
+		})},
+	ActionBackup: {fields: fTenant, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Backup(ctx, r.Tenant)
+	})},
+	ActionDiscover: {call: func(ctx context.Context, c Commander, _ Request) (any, error) {
+		ms, err := c.Discover(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"machines": machinesData(ms)}, nil // machine.go
+	}},
+	ActionAdopt: {fields: fMAC | fTenant | fGroup | fDisk, optional: fDisk,
+		call: func(ctx context.Context, c Commander, r Request) (any, error) {
+			m, err := c.Adopt(ctx, r.MAC, r.Tenant, r.Group, r.InstallDisk)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"adopted": m.MAC, "address": m.Address, "tenant": r.Tenant, "group": r.Group,
+				"install_disk": m.InstallDisk}, nil
+		}},
+	ActionPower: {fields: fTenant | fNode | fState, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Power(ctx, r.Tenant, r.Node, r.State)
+	})},
 }
 
 // Actions lists the request actions, sorted.
 func Actions() []string {
-	out := make([]string, 0, len(actionFields))
-	for a := range actionFields {
+	out := make([]string, 0, len(actions))
+	for a := range actions {
 		out = append(out, a)
 	}
 	slices.Sort(out)
 	return out
 }
 
-// Commander is what the bridge needs from the engine. Every call validates
-// nothing that the bridge has already checked (tenant, group, node exist;
-// count within bounds; destroy confirmed) but may refuse for its own
-// reasons; the error text is shown to the user. The returned data, when
-// not nil, is sent as the response's data (JSON).
+// Commander is what the bridge needs from the engine. The bridge checks a
+// request's syntax only; the engine checks what the values mean (tenant,
+// group and node exist, count within bounds, destroy confirmed) and may
+// refuse for its own reasons: the error text is shown to the user. The
+// response's data is the action table's, not the engine's.
 type Commander interface {
-	Apply(ctx context.Context, tenant string) (any, error)
-	Plan(ctx context.Context, tenant string) (any, error)
-	Cancel(ctx context.Context, tenant string) (any, error)
-	Destroy(ctx context.Context, tenant, confirm string) (any, error)
-	Scale(ctx context.Context, tenant, group string, count int) (any, error)
-	Bootstrap(ctx context.Context, tenant string) (any, error)
-	Reboot(ctx context.Context, tenant, node string) (any, error)
-	SetAutoApply(ctx context.Context, tenant string, enabled bool) (any, error)
-	Reload(ctx context.Context) (any, error)
+	Apply(ctx context.Context, tenant string) error
+	Plan(ctx context.Context, tenant string) error
+	Cancel(ctx context.Context, tenant string) error
+	Destroy(ctx context.Context, tenant, confirm string) error
+	Scale(ctx context.Context, tenant, group string, count int) error
+	Bootstrap(ctx context.Context, tenant string) error
+	Reboot(ctx context.Context, tenant, node string) error
+	SetAutoApply(ctx context.Context, tenant string, enabled bool) error
+	Reload(ctx context.Context) error
 	SetLogLevel(level string) error
 	// Upgrade rolls a tenant to a Talos or Kubernetes version ("" = the
 	// file's); Backup takes an etcd snapshot.
-	Upgrade(ctx context.Context, tenant, component, version string) (any, error)
-	Backup(ctx context.Context, tenant string) (any, error)
-	// Discover scans for machines now; Adopt adds one to a metal group;
+	Upgrade(ctx context.Context, tenant, component, version string) error
+	Backup(ctx context.Context, tenant string) error
+	// Discover scans for machines now and returns the ones no tenant
+	// declares; Adopt adds one to a metal group and returns it as declared;
 	// Power switches a metal node "on" or "off" (machine.go).
-	Discover(ctx context.Context) (any, error)
-	Adopt(ctx context.Context, mac, tenant, group, installDisk string) (any, error)
-	Power(ctx context.Context, tenant, node, state string) (any, error)
+	Discover(ctx context.Context) ([]talos.Machine, error)
+	Adopt(ctx context.Context, mac, tenant, group, installDisk string) (tenant.Machine, error)
+	Power(ctx context.Context, tenant, node, state string) error
 }
 
 // Request is a decoded, syntactically valid request. The same type serves
@@ -193,10 +279,11 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 	if tr, ok := raw["transaction"]; ok && len(tr) > 0 && !bytes.Equal(tr, []byte("null")) {
 		req.Transaction = append(json.RawMessage(nil), tr...)
 	}
-	fields, ok := actionFields[action]
+	a, ok := actions[action]
 	if !ok {
 		return req, fmt.Errorf("unknown action %q (known: %s)", action, strings.Join(Actions(), ", "))
 	}
+	fields := a.fields
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	var body struct {
@@ -224,7 +311,7 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		switch {
 		case set && fields&bit == 0:
 			return fmt.Errorf("field %q does not apply to action %q", name, action)
-		case !set && fields&bit != 0 && optionalFields[action]&bit == 0:
+		case !set && fields&bit != 0 && a.optional&bit == 0:
 			return fmt.Errorf("action %q needs field %q", action, name)
 		}
 		return nil
@@ -273,10 +360,11 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 
 // checkFields checks the fields an action needs, whatever built the request.
 func checkFields(req Request) error {
-	fields, ok := actionFields[req.Action]
+	a, ok := actions[req.Action]
 	if !ok {
 		return fmt.Errorf("unknown action %q (known: %s)", req.Action, strings.Join(Actions(), ", "))
 	}
+	fields := a.fields
 	if fields&fTenant != 0 && !tenant.IsDNSLabel(req.Tenant) {
 		return fmt.Errorf("tenant %q is not a valid tenant name", req.Tenant)
 	}
@@ -336,83 +424,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// validate checks req against the current tenants.
-func validate(req Request, tenants map[string]*tenant.Tenant) error {
-	fields := actionFields[req.Action]
-	if fields&fTenant == 0 || req.Action == ActionAdopt { // adopt: the engine's errors name the machine
-		return nil
-	}
-	t := tenants[req.Tenant]
-	if t == nil {
-		return fmt.Errorf("unknown tenant %q", req.Tenant)
-	}
-	switch req.Action {
-	case ActionDestroy:
-		if req.Confirm != t.Name {
-			return fmt.Errorf("destroy not confirmed: confirm must be the tenant name %q", t.Name)
-		}
-	case ActionScale:
-		g := t.Group(req.Group)
-		if g == nil {
-			return fmt.Errorf("tenant %q has no node group %q", t.Name, req.Group)
-		}
-		lo, hi := tenant.CountBounds(g.Role)
-		n := *req.Count
-		if n < lo || n > hi {
-			return fmt.Errorf("count %d for group %q is out of range %d..%d", n, g.Name, lo, hi)
-		}
-		if g.Role == tenant.RoleControlPlane && n%2 == 0 {
-			return fmt.Errorf("count %d for control plane group %q must be odd (1, 3 or 5)", n, g.Name)
-		}
-		if t.Provider == tenant.ProviderMetal && n > len(g.Machines) {
-			return fmt.Errorf("count %d for group %q is more than its %d machines", n, g.Name, len(g.Machines))
-		}
-	case ActionReboot, ActionPower:
-		if _, ok := t.Node(req.Node); !ok {
-			return fmt.Errorf("tenant %q has no node %q", t.Name, req.Node)
-		}
-	}
-	return nil
-}
-
-// dispatch calls the commander for a validated request.
-func dispatch(ctx context.Context, cmd Commander, req Request) (any, error) {
-	switch req.Action {
-	case ActionApply:
-		return cmd.Apply(ctx, req.Tenant)
-	case ActionPlan:
-		return cmd.Plan(ctx, req.Tenant)
-	case ActionCancel:
-		return cmd.Cancel(ctx, req.Tenant)
-	case ActionDestroy:
-		return cmd.Destroy(ctx, req.Tenant, req.Confirm)
-	case ActionScale:
-		return cmd.Scale(ctx, req.Tenant, req.Group, *req.Count)
-	case ActionBootstrap:
-		return cmd.Bootstrap(ctx, req.Tenant)
-	case ActionReboot:
-		return cmd.Reboot(ctx, req.Tenant, req.Node)
-	case ActionReload:
-		return cmd.Reload(ctx)
-	case ActionAutoApply:
-		return cmd.SetAutoApply(ctx, req.Tenant, *req.Enabled)
-	case ActionUpgrade:
-		return cmd.Upgrade(ctx, req.Tenant, req.Component, req.Version)
-	case ActionBackup:
-		return cmd.Backup(ctx, req.Tenant)
-	case ActionDiscover:
-		return cmd.Discover(ctx)
-	case ActionAdopt:
-		return cmd.Adopt(ctx, req.MAC, req.Tenant, req.Group, req.InstallDisk)
-	case ActionPower:
-		return cmd.Power(ctx, req.Tenant, req.Node, req.State)
-	case ActionLogLevel:
-		if err := cmd.SetLogLevel(req.Level); err != nil {
-			return nil, err
-		}
-		return map[string]string{"log_level": req.Level}, nil
-	}
-	return nil, fmt.Errorf("unknown action %q", req.Action)
 }

@@ -1,7 +1,6 @@
 package hass
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -78,13 +77,13 @@ func backupOf(b *tenant.BackupInfo) *backupDoc {
 	return &backupDoc{At: isoTime(b.At), Size: b.Size, File: b.File}
 }
 
-// installer returns the command handler of an update entity's Install.
-func installer(component string) func(b *Bridge, ctx context.Context, r ref, p string) error {
-	return func(b *Bridge, ctx context.Context, r ref, p string) error {
+// upgradeRequest is the request of an update entity's Install.
+func upgradeRequest(component string) func(b *Bridge, r ref, p string) (Request, error) {
+	return func(_ *Bridge, r ref, p string) (Request, error) {
 		if p != PayloadInstall {
-			return fmt.Errorf("unexpected payload %q (want %s)", truncate(p, 40), PayloadInstall)
+			return Request{}, fmt.Errorf("unexpected payload %q (want %s)", truncate(p, 40), PayloadInstall)
 		}
-		return respErr(b.HandleRequest(ctx, Request{Action: ActionUpgrade, Tenant: r.tenant, Component: component}))
+		return Request{Action: ActionUpgrade, Tenant: r.tenant, Component: component}, nil
 	}
 }
 
