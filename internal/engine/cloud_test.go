@@ -143,22 +143,30 @@ func TestCloudLifecycle(t *testing.T) {
 		if err := f.eng.Scale(ctx, "lab", "workers", n); err != nil {
 			t.Fatal(err)
 		}
-		// Scale of a provisioned tenant plans; Apply applies that plan
+		// Scale of a provisioned tenant plans; Apply applies that plan.
+		// The press is matched to its own apply by the started events (an
+		// earlier apply's result may still be on its way to the recorder).
 		r.mu.Lock()
-		applies := r.succeeded("apply")
+		started := r.started("apply")
 		r.mu.Unlock()
 		if err := f.eng.Apply(ctx, "lab"); err != nil {
 			t.Fatal(err)
 		}
 		r.wait(t, fmt.Sprintf("%d workers running", n), long, func(r *recorder) bool {
-			if ev, ok := r.lastEvent("apply"); ok && ev.Result == tenant.ResultFailed {
-				t.Fatalf("apply failed: %s", ev.Message)
+			ev, ok := r.endOf("apply", started)
+			if ok && ev.Result != tenant.ResultSucceeded {
+				t.Errorf("apply %s: %s", ev.Result, ev.Message)
+				return true
 			}
 			st := r.status["lab"]
-			return r.succeeded("apply") == applies+1 && st.Phase == tenant.PhaseRunning && st.NodesTotal == 1+n && st.NodesReady == 1+n
+			return ok && st.Phase == tenant.PhaseRunning && st.NodesTotal == 1+n && st.NodesReady == 1+n
 		})
+		if t.Failed() {
+			t.FailNow()
+		}
 		if inv := f.cloud.Inventory(); inv.Servers != 1+n {
-			t.Fatalf("after scaling to %d: %+v", n, inv)
+			r.mu.Lock()
+			t.Fatalf("after scaling to %d: %+v\nevents: %+v", n, inv, r.events)
 		}
 	}
 	if c := f.cloud.Calls(); c.DirectPrivate != 0 || c.ResetGraceful != 2 {
@@ -181,6 +189,38 @@ func TestCloudLifecycle(t *testing.T) {
 	if c := f.cloud.Calls(); c.DirectPrivate != 0 {
 		t.Fatalf("%d connections reached a private address directly", c.DirectPrivate)
 	}
+}
+
+// started counts the started events of an operation.
+func (r *recorder) started(name string) int {
+	n := 0
+	for _, ev := range r.events {
+		if ev.Name == name && ev.Result == tenant.ResultStarted {
+			n++
+		}
+	}
+	return n
+}
+
+// endOf is the result event of the operation that started after the first
+// `before` ones of that name.
+func (r *recorder) endOf(name string, before int) (tenant.OperationEvent, bool) {
+	seen := 0
+	for i, ev := range r.events {
+		if ev.Name != name || ev.Result != tenant.ResultStarted {
+			continue
+		}
+		if seen++; seen <= before {
+			continue
+		}
+		for _, end := range r.events[i+1:] {
+			if end.Name == name && end.Result != tenant.ResultStarted {
+				return end, true
+			}
+		}
+		return tenant.OperationEvent{}, false
+	}
+	return tenant.OperationEvent{}, false
 }
 
 // waitApply waits for the end of the next apply after `before` ended ones
