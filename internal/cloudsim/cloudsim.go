@@ -190,17 +190,6 @@ func (c *Cloud) Node(name string) *simnode.Node {
 	return c.nodes[name]
 }
 
-// Nodes are the running nodes by server name.
-func (c *Cloud) Nodes() map[string]*simnode.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := make(map[string]*simnode.Node, len(c.nodes))
-	for k, v := range c.nodes {
-		m[k] = v
-	}
-	return m
-}
-
 // Calls sums the calls of every node the cloud ever booted (deleted ones
 // too), so a test can check, for example, that no connection ever reached
 // a node's private address directly.

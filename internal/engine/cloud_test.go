@@ -189,6 +189,9 @@ func TestCloudLifecycle(t *testing.T) {
 	if c := f.cloud.Calls(); c.DirectPrivate != 0 {
 		t.Fatalf("%d connections reached a private address directly", c.DirectPrivate)
 	}
+	if errs := f.cloud.Errors(); len(errs) > 0 {
+		t.Fatalf("the stand-in cloud's nodes could not follow its floating IPs: %v", errs)
+	}
 }
 
 // started counts the started events of an operation.

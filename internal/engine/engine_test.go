@@ -155,8 +155,14 @@ func tenantFile(addrs []string, workers int, auto bool) string {
 
 func newFixture(t testing.TB, nodes, workers int, auto bool) *fixture {
 	t.Helper()
+	return newFixtureTweak(t, nodes, workers, auto, nil)
+}
+
+// newFixtureTweak is newFixture with options changed before the start.
+func newFixtureTweak(t testing.TB, nodes, workers int, auto bool, tweak func(*Options)) *fixture {
+	t.Helper()
 	bin, _ := testenv.Tofu(t)
-	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin}
+	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin, tweak: tweak}
 	f.sims = startSims(t, nodes)
 	tenants := filepath.Join(f.dir, "tenants")
 	os.MkdirAll(tenants, 0o700)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
-	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 func TestCheckUpgrade(t *testing.T) {
@@ -214,30 +213,6 @@ func newUpgradeFixture(t *testing.T, workers int) (*fixture, *nodeLog) {
 	return fx, nl
 }
 
-// newFixtureTweak is newFixture with options changed before the start.
-func newFixtureTweak(t testing.TB, nodes, workers int, auto bool, tweak func(*Options)) *fixture {
-	t.Helper()
-	bin, _ := testenv.Tofu(t)
-	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin, tweak: tweak}
-	f.sims = startSims(t, nodes)
-	tenants := filepath.Join(f.dir, "tenants")
-	os.MkdirAll(tenants, 0o700)
-	var addrs []string
-	for _, s := range f.sims {
-		addrs = append(addrs, s.Host())
-	}
-	if err := os.WriteFile(filepath.Join(tenants, "lab.toml"), []byte(tenantFile(addrs, workers, auto)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.store = &tenant.Store{Dir: tenants}
-	f.start()
-	return f
-}
-
-func lastResult(r *recorder, op string) (tenant.OperationEvent, bool) {
-	return r.lastEvent(op)
-}
-
 func TestUpgradeTalosRollout(t *testing.T) {
 	f, nl := newUpgradeFixture(t, 2)
 	r := f.rec
@@ -316,7 +291,7 @@ func TestUpgradeTalosRollout(t *testing.T) {
 		ev, ok := r.lastEvent("upgrade")
 		return ok && ev.Result == tenant.ResultFailed && r.status["lab"].Operation == nil
 	})
-	ev, _ := lastResult(r, "upgrade")
+	ev, _ := r.lastEvent("upgrade")
 	if !strings.Contains(ev.Message, "lab-workers-1") {
 		t.Fatalf("failure does not name the node: %s", ev.Message)
 	}

@@ -10,9 +10,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
-	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
 
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -106,14 +104,7 @@ func TestBootFromConfigAndRouting(t *testing.T) {
 	}
 	// The worker's own authorization applies: a reader may read, not reboot.
 	b := sharedBundle(t)
-	crt, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Reader), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rtc, err := clientconfig.NewConfig("r", nil, b.Certs.OS.Crt, crt).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rtc := readerTalosconfig(t, b)
 	rc := secureClient(t, cp.PublicAddr(), rtc)
 	if _, err := rc.Version(rctx); err != nil {
 		t.Errorf("reader routed version: %v", err)

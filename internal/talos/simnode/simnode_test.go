@@ -172,14 +172,7 @@ func TestMachineAPI(t *testing.T) {
 	}
 
 	// A reader may read but not change anything.
-	crt, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Reader), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rtc, err := clientconfig.NewConfig("r", nil, b.Certs.OS.Crt, crt).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rtc := readerTalosconfig(t, b)
 	rc := secureClient(t, n.Addr(), rtc)
 	if _, err := rc.Version(ctx); err != nil {
 		t.Errorf("reader version: %v", err)
@@ -264,4 +257,18 @@ func TestStartOnLoopback(t *testing.T) {
 	if _, err := simnode.StartOnLoopback(context.Background(), 1, "10.0.0", 0, simnode.Options{}); err == nil {
 		t.Fatal("a network outside loopback was accepted")
 	}
+}
+
+// readerTalosconfig is a talosconfig of the read-only role for bundle b.
+func readerTalosconfig(t *testing.T, b *secrets.Bundle) []byte {
+	t.Helper()
+	crt, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Reader), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := clientconfig.NewConfig("r", nil, b.Certs.OS.Crt, crt).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
 }
