@@ -11,12 +11,18 @@ export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build tools test bench lint demo mosquitto fuzz clean
+.PHONY: all build build-demo tools test bench lint demo mosquitto fuzz clean
 
 all: build
 
+# the add-on's binary: no simulators (the demo's are behind -tags demo)
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/rezuscloud
+
+# the demo's binary: the same program with the simulated nodes, the
+# stand-in cloud and the embedded broker linked in
+build-demo:
+	$(GO) build -tags demo -ldflags "$(LDFLAGS)" -o $(BIN)-demo ./cmd/rezuscloud
 
 # tofu v1.12.6 and terraform-provider-openstack v3.4.0, built from the pinned
 # wrapper modules under tools/ into .tools/ (a filesystem mirror); a no-op
@@ -33,6 +39,7 @@ mosquitto:
 
 test: mosquitto tools
 	$(GO) vet ./...
+	$(GO) vet -tags demo ./cmd/...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 bench: mosquitto tools
@@ -45,8 +52,8 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-demo: build tools
-	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" ./$(BIN) demo
+demo: build-demo tools
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" ./$(BIN)-demo demo
 
 clean:
 	rm -rf bin

@@ -1,3 +1,5 @@
+//go:build demo
+
 package main
 
 import (
@@ -113,7 +115,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		for _, s := range sims.Nodes {
 			addrs = append(addrs, s.Host())
 		}
-		tenantTOML = demoTenantFile(addrs)
+		tenantTOML = demoTenantFile(addrs, simnode.DefaultTalosVersion)
 		where = fmt.Sprintf("%d simulated Talos nodes (%s)", *nodes, strings.Join(addrs, ", "))
 	}
 
@@ -158,35 +160,6 @@ stop:       Ctrl-C
 			}
 		},
 	})
-}
-
-// demoTenantFile declares a metal tenant: the first node is the control
-// plane, the others form the workers' pool, all of them in use.
-func demoTenantFile(addrs []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `display_name       = "Demo"
-provider           = "metal"
-talos_version      = "%s"
-kubernetes_version = "1.35.0"
-auto_apply         = true
-
-[[node_groups]]
-name  = "cp"
-role  = "controlplane"
-count = 1
-  [[node_groups.machines]]
-  address      = "%s"
-  install_disk = "/dev/sda"
-
-[[node_groups]]
-name  = "workers"
-role  = "worker"
-count = %d
-`, simnode.DefaultTalosVersion, addrs[0], len(addrs)-1)
-	for _, a := range addrs[1:] {
-		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address      = \"%s\"\n  install_disk = \"/dev/sda\"\n", a)
-	}
-	return b.String()
 }
 
 // demoCloudPassword is the stand-in cloud's password (it guards nothing).

@@ -73,7 +73,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// rezuscloudBinary builds the binary once (go build -o <tmp>/rezuscloud .).
+// rezuscloudBinary builds the binaries once: the add-on's (go build -o
+// <tmp>/rezuscloud .) and the demo's, which alone links the simulators
+// (-tags demo, <tmp>/rezuscloud-demo). It returns the add-on's.
 func rezuscloudBinary(tb testing.TB) string {
 	tb.Helper()
 	if testing.Short() {
@@ -85,9 +87,11 @@ func rezuscloudBinary(tb testing.TB) string {
 		if err != nil {
 			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		out, err := exec.Command(goBin, "build", "-o", path, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		for _, args := range [][]string{{"build", "-o", path, "."}, {"build", "-tags", "demo", "-o", path + "-demo", "."}} {
+			if out, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
@@ -147,6 +151,9 @@ type proc struct {
 func startProc(tb testing.TB, name string, env []string, args ...string) *proc {
 	tb.Helper()
 	bin := rezuscloudBinary(tb)
+	if len(args) > 0 && args[0] == "demo" {
+		bin += "-demo"
+	}
 	p := &proc{tb: tb, name: name, stdout: newNotifyBuf(), stderr: newNotifyBuf(), done: make(chan struct{}), code: -1}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)

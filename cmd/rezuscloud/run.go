@@ -271,17 +271,16 @@ type fanout struct {
 	print     io.Writer
 }
 
-func (f *fanout) SetTenants(ts []*tenant.Tenant) {
-	f.bridge.SetTenants(ts)
+func (f *fanout) SetTenants(vs []tenant.View) {
+	f.bridge.SetTenants(vs)
+	ts := make([]*tenant.Tenant, 0, len(vs))
+	for _, v := range vs {
+		ts = append(ts, v.Spec)
+	}
 	f.assist.SetEntities(hass.AssistEntities(f.baseTopic, ts))
 }
-func (f *fanout) SetTenantStatus(name string, st tenant.Status) {
-	f.bridge.SetTenantStatus(name, st)
-}
-func (f *fanout) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
-	f.bridge.SetNodeStatus(tn, node, st)
-}
-func (f *fanout) SetBridgeStatus(n int) { f.bridge.SetBridgeStatus(n) }
+func (f *fanout) SetTenant(v tenant.View) { f.bridge.SetTenant(v) }
+func (f *fanout) SetBridgeStatus(n int)   { f.bridge.SetBridgeStatus(n) }
 
 // SetMachines shows the machines found on the LAN (engine.MachinePublisher).
 func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }

@@ -60,7 +60,7 @@ func TestWebSocketScale(t *testing.T) {
 	cfg.MQTT.URL, cfg.Tofu.Binary, cfg.Tofu.StatePassphrase = broker.URL, tofuBin, "websocket-test-passphrase"
 	cfg.HomeAssistant = config.HomeAssistant{URL: ha.URL, Token: "ha-token-for-tests"}
 	os.MkdirAll(cfg.TenantsDir, 0o700)
-	src := demoTenantFile(addrs)
+	src := demoTenantFile(addrs, simnode.DefaultTalosVersion)
 	src = strings.Replace(src, "count = 2\n", "count = 1\n", 1) // one worker of a pool of two
 	if err := os.WriteFile(filepath.Join(cfg.TenantsDir, "lab.toml"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)

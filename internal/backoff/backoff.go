@@ -45,3 +45,34 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Until calls check until it reports done or fails, waiting between calls
+// as p schedules (a zero Policy: 100 ms doubling to 2 s) or until wake
+// delivers (nil: never), and returns check's error, or the cause of ctx's
+// end wrapped with what check said last. It is the one polling loop of the
+// add-on: every wait for something to come true goes through it.
+func Until(ctx context.Context, p Policy, wake func() <-chan struct{}, check func(ctx context.Context) (done bool, err error)) error {
+	if p.Initial <= 0 {
+		p = Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+	}
+	for attempt := 0; ; attempt++ {
+		var w <-chan struct{}
+		if wake != nil {
+			w = wake() // before the check: a change during it is not missed
+		}
+		done, err := check(ctx)
+		if err != nil || done {
+			return err
+		}
+		t := time.NewTimer(p.Next(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-w:
+			attempt = -1 // something changed: look again soon after the next one
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}

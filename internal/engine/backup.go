@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,21 +35,22 @@ func (e *Engine) backupDir(name string) string { return filepath.Join(e.opts.Dat
 // Backup takes an etcd snapshot of the tenant's cluster now (queued behind
 // a running operation).
 func (e *Engine) Backup(ctx context.Context, name string) error {
-	ts, err := e.get(name)
+	ts, err := e.lookup(name)
 	if err != nil {
 		return err
 	}
 	if !ts.exists() {
 		return fmt.Errorf("tenant %s: the cluster is not running (phase %s), so etcd has nothing to back up", name, ts.phase())
 	}
-	return e.enqueue(name, "backup", nil)
+	return e.enqueue(name, operation{name: opBackup, activity: tenant.ActivityBackingUp,
+		do: func(ctx context.Context, r *run) (string, error) { return ts.backupNow(ctx) }})
 }
 
-// backup is the operation of the button and request.
-func (ts *tstate) backup(ctx context.Context) (string, error) {
-	tc, err := os.ReadFile(ts.e.talosconfigPath(ts.name))
+// backupNow is the operation of the button and request.
+func (ts *tenantState) backupNow(ctx context.Context) (string, error) {
+	tc, err := ts.talosconfig()
 	if err != nil {
-		return "", fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
+		return "", err
 	}
 	info, err := ts.snapshotEtcd(ctx, tc)
 	if err != nil {
@@ -59,7 +61,7 @@ func (ts *tstate) backup(ctx context.Context) (string, error) {
 
 // snapshotEtcd writes a snapshot from the first control plane that gives
 // one and keeps only the newest files.
-func (ts *tstate) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInfo, error) {
+func (ts *tenantState) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInfo, error) {
 	e := ts.e
 	ts.backupMu.Lock()
 	defer ts.backupMu.Unlock()
@@ -80,7 +82,7 @@ func (ts *tstate) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInf
 		if !ok {
 			continue
 		}
-		info, err := writeSnapshot(ctx, dir, time.Now(), func(f *os.File) (int64, error) {
+		info, err := writeSnapshot(ctx, dir, e.now(), func(f *os.File) (int64, error) {
 			return ts.e.opts.Nodes.EtcdSnapshot(ctx, tg, tc, f)
 		})
 		if err != nil {
@@ -94,9 +96,9 @@ func (ts *tstate) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInf
 			e.log.Warn("removing old etcd snapshots", zap.String("tenant", ts.name), zap.Error(err))
 		}
 		ts.mu.Lock()
-		ts.lastBackup, ts.backupLoaded = &info, true
+		ts.backup, ts.backupLoaded = &info, true
 		ts.mu.Unlock()
-		ts.publish()
+		ts.changed()
 		e.log.Info("etcd snapshot written", zap.String("tenant", ts.name), zap.String("node", n),
 			zap.String("file", info.File), zap.Int64("size", info.Size))
 		return info, nil
@@ -108,12 +110,25 @@ func (ts *tstate) snapshotEtcd(ctx context.Context, tc []byte) (tenant.BackupInf
 }
 
 // writeSnapshot streams a snapshot into <dir>/<name>.part (0600), syncs it
-// and renames it into place: a file of that name is always whole.
+// and renames it into place: a file of that name is always whole. The
+// name is etcd-<UTC yyyymmddThhmmssZ>.snapshot, with -2, -3, ... when
+// snapshots of the same second exist already (none is ever overwritten).
 func writeSnapshot(ctx context.Context, dir string, at time.Time, fill func(*os.File) (int64, error)) (tenant.BackupInfo, error) {
 	at = at.UTC().Truncate(time.Second)
-	path := filepath.Join(dir, backupPrefix+at.Format(backupLayout)+backupSuffix)
+	stamp := at.Format(backupLayout)
+	var path string
+	for seq := 1; ; seq++ {
+		name := backupPrefix + stamp + backupSuffix
+		if seq > 1 {
+			name = fmt.Sprintf("%s%s-%d%s", backupPrefix, stamp, seq, backupSuffix)
+		}
+		path = filepath.Join(dir, name)
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
 	part := path + ".part"
-	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return tenant.BackupInfo{}, err
 	}
@@ -125,7 +140,10 @@ func writeSnapshot(ctx context.Context, dir string, at time.Time, fill func(*os.
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(part, path)
+		// never over another snapshot: a link fails when the name exists
+		if err = os.Link(part, path); err == nil {
+			os.Remove(part)
+		}
 	}
 	if err != nil {
 		os.Remove(part)
@@ -138,7 +156,8 @@ func writeSnapshot(ctx context.Context, dir string, at time.Time, fill func(*os.
 	return tenant.BackupInfo{At: at, Size: size, File: path}, nil
 }
 
-// listBackups is the snapshot files of dir, newest first.
+// listBackups is the snapshot files of dir, newest first (by time, then by
+// the sequence of snapshots of the same second).
 func listBackups(dir string) ([]tenant.BackupInfo, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -147,7 +166,11 @@ func listBackups(dir string) ([]tenant.BackupInfo, error) {
 		}
 		return nil, err
 	}
-	var out []tenant.BackupInfo
+	type entry struct {
+		info tenant.BackupInfo
+		seq  int
+	}
+	var out []entry
 	for _, de := range ents {
 		name := de.Name()
 		stamp, ok := strings.CutPrefix(name, backupPrefix)
@@ -158,6 +181,14 @@ func listBackups(dir string) ([]tenant.BackupInfo, error) {
 		if !ok {
 			continue
 		}
+		seq := 1
+		if base, n, ok := strings.Cut(stamp, "-"); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 2 {
+				continue
+			}
+			stamp, seq = base, v
+		}
 		at, err := time.Parse(backupLayout, stamp)
 		if err != nil {
 			continue
@@ -166,10 +197,19 @@ func listBackups(dir string) ([]tenant.BackupInfo, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, tenant.BackupInfo{At: at, Size: fi.Size(), File: filepath.Join(dir, name)})
+		out = append(out, entry{tenant.BackupInfo{At: at, Size: fi.Size(), File: filepath.Join(dir, name)}, seq})
 	}
-	slices.SortFunc(out, func(a, b tenant.BackupInfo) int { return b.At.Compare(a.At) })
-	return out, nil
+	slices.SortFunc(out, func(a, b entry) int {
+		if c := b.info.At.Compare(a.info.At); c != 0 {
+			return c
+		}
+		return b.seq - a.seq
+	})
+	infos := make([]tenant.BackupInfo, len(out))
+	for i, e := range out {
+		infos[i] = e.info
+	}
+	return infos, nil
 }
 
 // pruneBackups keeps the newest keep snapshots of dir (and removes parts
@@ -192,44 +232,28 @@ func pruneBackups(dir string, keep int) error {
 	return errors.Join(errs...)
 }
 
-// recountBackupLocked shows the newest snapshot and whether it is older
-// than twice the interval (a problem). ts.mu is held.
-func (ts *tstate) recountBackupLocked() {
-	if !ts.backupLoaded {
-		ts.backupLoaded = true
-		if list, err := listBackups(ts.e.backupDir(ts.name)); err == nil && len(list) > 0 {
-			ts.lastBackup = &list[0]
+// loadBackup reads the newest snapshot from the backup dir, once.
+func (ts *tenantState) loadBackup() {
+	ts.mu.Lock()
+	loaded := ts.backupLoaded
+	ts.backupLoaded = true
+	ts.mu.Unlock()
+	if loaded {
+		return
+	}
+	if list, err := listBackups(ts.e.backupDir(ts.name)); err == nil && len(list) > 0 {
+		ts.mu.Lock()
+		if ts.backup == nil {
+			ts.backup = &list[0]
 		}
+		ts.mu.Unlock()
 	}
-	ts.status.Backup = nil
-	if ts.lastBackup != nil {
-		b := *ts.lastBackup
-		ts.status.Backup = &b
-	}
-	ts.status.BackupStale = ts.backupDueLocked(2) && ts.lastBackup != nil
-	if ts.status.BackupStale {
-		ts.status.Problem = true
-	}
-}
-
-// backupDueLocked reports whether the cluster exists, backups are on and
-// the newest snapshot is older than factor intervals (or there is none).
-func (ts *tstate) backupDueLocked(factor int) bool {
-	t := ts.shownLocked()
-	if t == nil || ts.spec == nil || !ts.rec.Bootstrapped || len(ts.rec.Nodes) == 0 {
-		return false
-	}
-	iv := t.BackupInterval()
-	if iv <= 0 {
-		return false
-	}
-	return ts.lastBackup == nil || time.Since(ts.lastBackup.At) >= time.Duration(factor)*iv
 }
 
 // backupLoop takes the periodic snapshots: every check it snapshots each
 // idle tenant whose newest snapshot is an interval old, outside the
 // operation queue (a failure is logged and shows as a stale backup, it
-// fails no operation), and republishes tenants whose staleness changed.
+// fails no operation).
 func (e *Engine) backupLoop(ctx context.Context, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -239,30 +263,21 @@ func (e *Engine) backupLoop(ctx context.Context, every time.Duration) {
 			return
 		case <-tick.C:
 		}
-		e.mu.Lock()
-		states := make([]*tstate, 0, len(e.ts))
-		for _, ts := range e.ts {
-			states = append(states, ts)
-		}
-		e.mu.Unlock()
-		for _, ts := range states {
+		for _, ts := range e.states() {
+			ts.loadBackup()
+			t, rec := ts.snapshot()
+			now := e.now()
 			ts.mu.Lock()
-			due := ts.backupDueLocked(1) && ts.cur == "" && len(ts.queue) == 0 &&
-				time.Since(ts.backupTried) >= min(ts.shownLocked().BackupInterval(), 5*time.Minute)
+			due := t != nil && ts.spec != nil && backupDue(t, rec, ts.backup, now, 1) && ts.run == nil && len(ts.queue) == 0 &&
+				now.Sub(ts.backupTried) >= min(t.BackupInterval(), 5*time.Minute)
 			if due {
-				ts.backupTried = time.Now()
+				ts.backupTried = now
 			}
-			wasStale := ts.status.BackupStale
-			ts.recountBackupLocked()
-			changed := wasStale != ts.status.BackupStale
 			ts.mu.Unlock()
-			if changed {
-				ts.publish()
-			}
 			if !due {
 				continue
 			}
-			tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+			tc, err := ts.talosconfig()
 			if err != nil {
 				continue
 			}

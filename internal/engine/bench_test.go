@@ -32,9 +32,9 @@ func BenchmarkApplyToRunning(b *testing.B) {
 				f.rec.wait(b, "running", 10*time.Minute, phaseIs(tenant.PhaseRunning))
 				total += time.Since(start)
 				b.StopTimer()
-				ts, _ := f.eng.get("lab")
+				ts, _ := f.eng.lookup("lab")
 				ts.mu.Lock()
-				inTofu += ts.lastTofu
+				inTofu += ts.last.tofu
 				ts.mu.Unlock()
 				raw += rawTofu(b, f)
 				f.stop()

@@ -337,9 +337,9 @@ func BenchmarkCloudApply(b *testing.B) {
 				})
 				b.StopTimer()
 				total += time.Since(start)
-				ts, _ := f.eng.get("lab")
+				ts, _ := f.eng.lookup("lab")
 				ts.mu.Lock()
-				inTofu += ts.lastTofu
+				inTofu += ts.last.tofu
 				ts.mu.Unlock()
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s/apply")

@@ -45,10 +45,19 @@ const missesToForget = 3
 
 // discoverer remembers the machines the scans found, by MAC.
 type discoverer struct {
-	scanMu   sync.Mutex // one scan at a time
 	mu       sync.Mutex
 	machines map[string]*seenMachine
 	shown    string // signature of what was published last
+	// running is the scan in progress, which later requests join (one
+	// scan at a time, however many ask)
+	running *scanCall
+}
+
+// scanCall is one scan and its result, for everyone waiting on it.
+type scanCall struct {
+	done     chan struct{}
+	machines []talos.Machine
+	err      error
 }
 
 type seenMachine struct {
@@ -100,8 +109,35 @@ func (e *Engine) Discover(ctx context.Context) ([]talos.Machine, error) {
 	return e.scan(ctx)
 }
 
-// scan runs one scan, updates what is remembered and publishes it.
+// scan runs one scan, updates what is remembered and publishes it. A scan
+// asked for while one runs joins it: a burst of requests costs one scan
+// and holds no request slot longer than it.
 func (e *Engine) scan(ctx context.Context) ([]talos.Machine, error) {
+	e.disc.mu.Lock()
+	c := e.disc.running
+	if c == nil {
+		c = &scanCall{done: make(chan struct{})}
+		e.disc.running = c
+		go func() {
+			// the scan runs to its end for everyone joined, bounded by the
+			// engine's life, not by the first caller's context
+			c.machines, c.err = e.scanOnce(e.opCtx())
+			e.disc.mu.Lock()
+			e.disc.running = nil
+			e.disc.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	e.disc.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.machines, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (e *Engine) scanOnce(ctx context.Context) ([]talos.Machine, error) {
 	o := e.opts.Discovery
 	port := o.Port
 	if port == 0 {
@@ -111,8 +147,6 @@ func (e *Engine) scan(ctx context.Context) ([]talos.Machine, error) {
 	if probe == nil {
 		probe = talos.ReadHardware
 	}
-	e.disc.scanMu.Lock()
-	defer e.disc.scanMu.Unlock()
 	rep, err := discovery.Scan(ctx, o.CIDRs, discovery.Options[talos.Machine]{Port: port, Timeout: o.Timeout, Probe: probe})
 	if err != nil {
 		return nil, fmt.Errorf("scanning %s: %w", strings.Join(o.CIDRs, ", "), err)
@@ -181,14 +215,8 @@ func (e *Engine) publishMachines() []talos.Machine {
 // tenant files declare.
 func (e *Engine) declaredMachines() (map[netip.Addr]bool, map[string]bool) {
 	addrs, macs := map[netip.Addr]bool{}, map[string]bool{}
-	e.mu.Lock()
-	states := make([]*tstate, 0, len(e.ts))
-	for _, ts := range e.ts {
-		states = append(states, ts)
-	}
-	e.mu.Unlock()
-	for _, ts := range states {
-		t := ts.shown()
+	for _, ts := range e.states() {
+		t := ts.shownSpec()
 		if t == nil || t.Provider != tenant.ProviderMetal {
 			continue
 		}
@@ -258,7 +286,7 @@ func (e *Engine) Adopt(ctx context.Context, mac, name, group, installDisk string
 		}
 	}
 	tm := tenant.Machine{Address: m.Address, MAC: norm, InstallDisk: disk}
-	if _, err := e.get(name); err != nil {
+	if _, err := e.lookup(name); err != nil {
 		return tenant.Machine{}, fmt.Errorf("adopting machine %s (%s): %w; nothing was changed", norm, m.Address, err)
 	}
 	if err := e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.Adopt(name, group, tm, paths) }); err != nil {

@@ -1,7 +1,8 @@
 // Package engine runs operations on tenants: one queue per tenant (serial
 // inside a tenant, parallel across tenants up to a limit), the apply, plan,
-// scale, destroy, bootstrap and reboot flows that join tofu and Talos, and
-// the status model that Home Assistant shows.
+// scale, destroy, bootstrap, reboot, upgrade and backup flows that join
+// tofu and Talos, and the view that Home Assistant shows, computed from
+// facts (docs/design.md "Engine internals").
 package engine
 
 import (
@@ -23,12 +24,18 @@ import (
 // Publisher shows tenants and their state (the MQTT bridge implements it).
 // Calls must not block for long.
 type Publisher interface {
-	SetTenants([]*tenant.Tenant)
-	SetTenantStatus(name string, st tenant.Status)
-	SetNodeStatus(tenantName, node string, st tenant.NodeStatus)
+	// SetTenants replaces the tenants shown: their devices (the tenant
+	// and every node of its view) and documents.
+	SetTenants(vs []tenant.View)
+	// SetTenant updates one tenant's documents (and devices, when its
+	// nodes changed).
+	SetTenant(v tenant.View)
 	SetBridgeStatus(operations int)
 	PublishOperation(ev tenant.OperationEvent)
 }
+
+// View is one tenant as Home Assistant shows it.
+type View = tenant.View
 
 // Options configure an Engine.
 type Options struct {
@@ -40,7 +47,8 @@ type Options struct {
 	Runner *tofu.Runner
 	// Infra opens the tenants' tofu workspaces (nil: Runner's).
 	Infra Infra
-	// Nodes is the Talos machine API (nil: package talos).
+	// Nodes is the Talos machine API (nil: package talos). The poller reads
+	// nodes through it too.
 	Nodes Nodes
 	// Publisher receives every change of state.
 	Publisher Publisher
@@ -53,10 +61,12 @@ type Options struct {
 	TalosPort int
 	// NodeTimeout bounds the wait for nodes to come up (default 20 min).
 	NodeTimeout time.Duration
-	// secureTry is how long one wait for a configured node's secure API
-	// lasts before its stage is read again (default 3 s; unit tests
-	// shorten it).
-	secureTry time.Duration
+	// StallAfter: a node that stays in a stage an operation put it in for
+	// longer, without any change, is shown as a problem (default 3 min).
+	StallAfter time.Duration
+	// UnreachableAfter: a provisioned node that has not answered for longer
+	// is a problem and may be forgotten (default 10 min).
+	UnreachableAfter time.Duration
 	// PollInterval is how often running nodes are polled (default 10 s).
 	PollInterval time.Duration
 	// ShareDir, when set, also receives each tenant's kubeconfig and
@@ -76,8 +86,14 @@ type Options struct {
 	// BackupCheck is how often the periodic etcd backups are looked at
 	// (default 1 min).
 	BackupCheck time.Duration
+	// DriftInterval is how often an idle cloud tenant is refreshed to find
+	// what was changed outside rezuscloud (default 1 h; negative: never).
+	DriftInterval time.Duration
 	// SetLogLevel changes the log level (the bridge's select).
 	SetLogLevel func(level string) error
+	// Scrub removes secrets from the operations' log lines (nil: none are
+	// registered; tofu redacts sensitive values itself).
+	Scrub func(string) string
 	// Log is the logger (nil: none).
 	Log *zap.Logger
 }
@@ -86,19 +102,28 @@ type Options struct {
 // Assistant's buttons, numbers and request API: they check their input,
 // queue the operation and return; results arrive as operation events.
 type Engine struct {
-	opts   Options
-	log    *zap.Logger
-	sem    chan struct{}
-	poller *talos.Poller
+	opts     Options
+	viewOpts viewOptions
+	log      *zap.Logger
+	sem      chan struct{}
+	poller   *talos.Poller
+	oplog    *oplog
 
-	ctx    context.Context // the engine's lifetime (Run)
-	ready  chan struct{}   // closed once the tenant files were read
+	// secureTry is how long one wait for a configured node's secure API
+	// lasts before its stage is read again (3 s; unit tests shorten it)
+	secureTry time.Duration
+
+	ready  chan struct{} // closed once the tenant files were read
 	once   sync.Once
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	ts     map[string]*tstate
+	ctx    context.Context // operations' lifetime (Run)
+	ts     map[string]*tenantState
 	closed bool
 	disc   discoverer // machines found on the LAN (discover.go)
+
+	chMu    sync.Mutex
+	changed chan struct{} // closed and replaced when any view changes
 }
 
 // Errors a caller may want to tell apart.
@@ -116,14 +141,8 @@ func New(opts Options) (*Engine, error) {
 	if opts.DataDir == "" || opts.Store == nil || opts.Infra == nil || opts.Publisher == nil {
 		return nil, fmt.Errorf("engine: DataDir, Store, Runner (or Infra) and Publisher are required")
 	}
-	// the poller reads nodes through a Nodes that is not the default one
-	// too (a fake's nodes are then polled like the flows read them); the
-	// default keeps the poller's own connections
-	var pollStatus func(context.Context, talos.Target, []byte) (talos.NodeState, error)
 	if opts.Nodes == nil {
-		opts.Nodes = talosNodes{}
-	} else if _, real := opts.Nodes.(talosNodes); !real {
-		pollStatus = opts.Nodes.Status
+		opts.Nodes = newTalosNodes()
 	}
 	if opts.ParallelApplies <= 0 {
 		opts.ParallelApplies = 2
@@ -134,6 +153,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.NodeTimeout <= 0 {
 		opts.NodeTimeout = 20 * time.Minute
 	}
+	if opts.StallAfter <= 0 {
+		opts.StallAfter = 3 * time.Minute
+	}
+	if opts.UnreachableAfter <= 0 {
+		opts.UnreachableAfter = 10 * time.Minute
+	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
@@ -143,16 +168,41 @@ func New(opts Options) (*Engine, error) {
 	if opts.BackupCheck <= 0 {
 		opts.BackupCheck = time.Minute
 	}
+	if opts.DriftInterval == 0 {
+		opts.DriftInterval = time.Hour
+	}
 	if opts.CloudEnv == nil {
 		opts.CloudEnv = func(tenant.Provider) map[string]string { return nil }
 	}
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tstate{},
-		ready: make(chan struct{})}
-	e.poller = talos.NewPoller(talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState, Status: pollStatus})
+	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tenantState{},
+		ready: make(chan struct{}), changed: make(chan struct{}), oplog: newOplog(), secureTry: 3 * time.Second,
+		viewOpts: viewOptions{talosPort: opts.TalosPort, stallAfter: opts.StallAfter, unreachableAfter: opts.UnreachableAfter}}
+	po := talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState, Status: opts.Nodes.Status}
+	if p, ok := opts.Nodes.(interface{ Prune(map[string]bool) }); ok {
+		po.Prune = p.Prune
+	}
+	e.poller = talos.NewPoller(po)
+	if opts.Scrub != nil {
+		e.oplog.scrub = opts.Scrub
+	}
 	return e, nil
+}
+
+// now is the engine's clock (the fake one of testing/synctest in tests).
+func (e *Engine) now() time.Time { return time.Now() }
+
+// opCtx is the context operations run in: it ends when Run stops (with
+// tofu.ErrShutdown as its cause).
+func (e *Engine) opCtx() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil {
+		return context.Background()
+	}
+	return e.ctx
 }
 
 // Run loads the tenants, restores what the engine remembers of them, and
@@ -173,8 +223,10 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	pollDone := make(chan struct{})
 	go func() { e.poller.Run(pollCtx); close(pollDone) }()
-	e.wg.Add(1)
+	e.wg.Add(3)
 	go func() { defer e.wg.Done(); e.backupLoop(ctx, e.opts.BackupCheck) }()
+	go func() { defer e.wg.Done(); e.clockLoop(ctx) }()
+	go func() { defer e.wg.Done(); e.driftLoop(ctx) }()
 	discDone := e.startDiscovery(ctx) // discover.go
 
 	e.opts.Store.Watch(ctx, watchInterval, func(s *tenant.Snapshot, err error) {
@@ -202,60 +254,51 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 // Ready is closed once Run has read the tenant files the first time.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
-// Reload reads the tenant files again now.
-func (e *Engine) Reload(ctx context.Context) error {
-	s, err := e.opts.Store.Load()
-	if err != nil {
-		return err
-	}
-	e.apply(s)
-	if len(s.Problems) > 0 {
-		return fmt.Errorf("some tenant files have problems:\n%w", s.Problems)
-	}
-	return nil
-}
-
-// releaseStaleLocks recovers each tenant's tofu workspace at start-up
-// (tofu.Runner.Recover): a lock is released only once no tofu of an earlier
-// add-on process still runs.
-func (e *Engine) releaseStaleLocks(names []string) {
-	for _, name := range names {
-		// stops a tofu the previous add-on left running before its lock is
-		// released, and imports only a newer errored.tfstate
-		if err := e.opts.Infra.Recover(e.ctx, name); err != nil {
-			e.log.Error("recovering the tofu workspace", zap.String("tenant", name), zap.Error(err))
+// clockLoop republishes what depends on the time alone (a node stalled or
+// unreachable for too long, a stale backup) every half minute.
+func (e *Engine) clockLoop(ctx context.Context) {
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, ts := range e.states() {
+			ts.changed()
 		}
 	}
 }
 
-// restore brings back tenants that have a record but maybe no file.
+// restore brings back tenants that have a record but maybe no file. A
+// tenant whose workspace a tofu of an earlier process may still hold
+// waits for it in its own worker (recover), so that the others, the tenant
+// files and Home Assistant come up at once.
 func (e *Engine) restore() {
 	// every tenant that ever ran tofu has a record (it is saved before an
 	// operation starts), so the records name every lock there can be
-	names := e.knownTenants()
-	e.releaseStaleLocks(names)
-	for _, name := range names {
+	for _, name := range e.knownTenants() {
 		rec, err := e.loadRecord(name)
 		if err != nil {
 			e.log.Error("restoring tenant", zap.String("tenant", name), zap.Error(err))
 			continue
 		}
+		e.mu.Lock()
+		ts := e.ensureLocked(name, rec, true)
+		e.mu.Unlock()
 		if !rec.Infra {
 			continue
 		}
-		var applied *tenant.Tenant
 		if len(rec.Spec) > 0 {
-			applied, _ = tenant.Parse(e.opts.Store.Path(name), rec.Spec)
+			if applied, err := tenant.Parse(e.opts.Store.Path(name), rec.Spec); err == nil {
+				ts.mu.Lock()
+				ts.applied = applied
+				ts.mu.Unlock()
+			}
 		}
-		e.mu.Lock()
-		ts := e.ensureLocked(name, rec)
-		e.mu.Unlock()
-		ts.mu.Lock()
-		if ts.spec == nil && applied != nil {
-			ts.applied = applied
-		}
-		ts.mu.Unlock()
 	}
+	e.updatePollTargets()
 }
 
 // apply takes a new snapshot of the tenant files.
@@ -276,7 +319,7 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 		e.mu.Unlock()
 		return
 	}
-	var changed []*tstate
+	var changed []*tenantState
 	for name, t := range present {
 		ts, ok := e.ts[name]
 		if !ok {
@@ -284,7 +327,7 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 			if err != nil {
 				e.log.Error("tenant record", zap.String("tenant", name), zap.Error(err))
 			}
-			ts = e.ensureLocked(name, rec)
+			ts = e.ensureLocked(name, rec, false)
 		}
 		if ts.setSpec(t) {
 			changed = append(changed, ts)
@@ -314,83 +357,103 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 // applies with auto_apply; one without infrastructure waits for Apply.
 // Whoever notices a change first (the file watcher or the command that
 // wrote the file) calls it, once per change.
-func (e *Engine) specChanged(ts *tstate) error {
-	op := ts.reaction()
-	if op == "" {
+func (e *Engine) specChanged(ts *tenantState) error {
+	op, ok := e.reaction(ts)
+	if !ok {
 		return nil
 	}
-	return e.enqueue(ts.name, op, nil)
+	return e.enqueue(ts.name, op)
 }
 
 // reaction is the operation a change of the tenant's file calls for: none
 // without infrastructure, else a plan, or an apply with auto_apply.
-func (ts *tstate) reaction() string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
+func (e *Engine) reaction(ts *tenantState) (operation, bool) {
+	rec := ts.recs.get()
+	t := ts.shownSpec()
 	switch {
-	case !ts.rec.Infra:
-		return ""
-	case ts.spec != nil && ts.spec.AutoApply:
-		return "apply"
+	case !rec.Infra || ts.orphaned():
+		return operation{}, false
+	case t.AutoApply:
+		return e.applyOp(ts), true
 	}
-	return "plan"
+	return e.planOp(ts), true
 }
 
-// ensureLocked returns the tenant's state, creating it and its worker.
-func (e *Engine) ensureLocked(name string, rec record) *tstate {
+// ensureLocked returns the tenant's state, creating it and its worker
+// (which first recovers the tenant's workspace, when recover is set).
+func (e *Engine) ensureLocked(name string, rec record, recover bool) *tenantState {
 	if ts, ok := e.ts[name]; ok {
 		return ts
 	}
-	ts := newTState(e, name, rec)
+	ts := newTenantState(e, name, rec)
 	e.ts[name] = ts
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		ts.work()
+		ts.work(recover)
 	}()
 	return ts
 }
 
-// publishTenants tells the publisher which tenants and nodes exist, with
-// their current state.
-func (e *Engine) publishTenants() {
+// states is every tenant, sorted by name.
+func (e *Engine) states() []*tenantState {
 	e.mu.Lock()
-	states := make([]*tstate, 0, len(e.ts))
+	out := make([]*tenantState, 0, len(e.ts))
 	for _, ts := range e.ts {
-		states = append(states, ts)
+		out = append(out, ts)
 	}
 	e.mu.Unlock()
-	slices.SortFunc(states, func(a, b *tstate) int { return strings.Compare(a.name, b.name) })
-	var list []*tenant.Tenant
-	for _, ts := range states {
-		if t := ts.shown(); t != nil {
-			list = append(list, t)
+	slices.SortFunc(out, func(a, b *tenantState) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// publishTenants tells the publisher which tenants exist, with their
+// complete views.
+func (e *Engine) publishTenants() {
+	var vs []tenant.View
+	for _, ts := range e.states() {
+		ts.pubMu.Lock()
+		v := ts.view()
+		ts.shown = &v
+		ts.pubMu.Unlock()
+		if v.Spec != nil {
+			vs = append(vs, v)
 		}
 	}
-	e.opts.Publisher.SetTenants(list)
-	for _, ts := range states {
-		ts.publish()
-	}
+	e.opts.Publisher.SetTenants(vs)
+	e.notifyChanged()
 	e.publishBridge()
-	e.updatePollTargets()
 	e.publishMachines() // discover.go: declared machines leave
 }
 
+// notifyChanged wakes whoever waits on Changed.
+func (e *Engine) notifyChanged() {
+	e.chMu.Lock()
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.chMu.Unlock()
+}
+
 func (e *Engine) publishBridge() {
-	e.mu.Lock()
 	n := 0
-	for _, ts := range e.ts {
-		if ts.running() != "" {
+	for _, ts := range e.states() {
+		ts.mu.Lock()
+		if ts.run != nil {
 			n++
 		}
+		ts.mu.Unlock()
 	}
-	e.mu.Unlock()
 	e.opts.Publisher.SetBridgeStatus(n)
 }
 
-func (e *Engine) get(name string) (*tstate, error) {
+// lookup returns a tenant's state.
+func (e *Engine) lookup(name string) (*tenantState, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.lookupLocked(name)
+}
+
+func (e *Engine) lookupLocked(name string) (*tenantState, error) {
 	if e.closed {
 		return nil, ErrClosed
 	}
@@ -401,214 +464,34 @@ func (e *Engine) get(name string) (*tstate, error) {
 	return ts, nil
 }
 
-// enqueue checks the tenant and queues an operation.
-func (e *Engine) enqueue(name, op string, args *opArgs) error {
+// enqueue queues an operation for a tenant.
+func (e *Engine) enqueue(name string, op operation) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return ErrClosed
+	ts, err := e.lookupLocked(name)
+	if err != nil {
+		return err
 	}
-	ts, ok := e.ts[name]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownTenant, name)
-	}
-	return e.enqueueLocked(ts, op, args)
+	return e.enqueueLocked(ts, op)
 }
 
 // enqueueLocked queues an operation; e.mu is held.
-func (e *Engine) enqueueLocked(ts *tstate, op string, args *opArgs) error {
-	o := &operation{name: op}
-	if args != nil {
-		o.args = *args
-	}
+func (e *Engine) enqueueLocked(ts *tenantState, op operation) error {
 	select {
-	case ts.queue <- o:
+	case ts.queue <- &op:
 		return nil
 	default:
 		return fmt.Errorf("tenant %s: %w", ts.name, ErrBusy)
 	}
 }
 
-// Apply provisions the tenant as its file declares it: the pending plan if
-// one was made for exactly this spec, else a new plan applied at once.
-func (e *Engine) Apply(ctx context.Context, name string) error {
-	ts, err := e.get(name)
-	if err != nil {
-		return err
-	}
-	if ts.orphaned() {
-		return fmt.Errorf("tenant %s: its file was removed; restore it to apply, or destroy the tenant", name)
-	}
-	if err := e.fileValid(name); err != nil {
-		return err
-	}
-	return e.enqueue(name, "apply", nil)
-}
-
-// fileValid reads the tenant files now, as the watcher would, so that Apply
-// and Plan work on the file as it is at the press: a file that does not
-// validate refuses them with its own problems (the last valid version is
-// never applied in its place).
-func (e *Engine) fileValid(name string) error {
-	s, err := e.opts.Store.Load()
-	if err != nil {
-		return fmt.Errorf("tenant %s: reading the tenant files: %w", name, err)
-	}
-	e.apply(s)
-	if !slices.Contains(s.Invalid, name) {
-		return nil
-	}
-	var mine tenant.Problems
-	for _, p := range s.Problems {
-		if tenant.NameFromPath(p.File) == name {
-			mine = append(mine, p)
+// Busy reports whether any operation runs or waits (the health check
+// keeps a busy add-on alive).
+func (e *Engine) Busy() bool {
+	for _, ts := range e.states() {
+		if ts.busy() {
+			return true
 		}
 	}
-	if len(mine) == 0 {
-		return fmt.Errorf("tenant %s: its file %s does not validate; fix it first (nothing was changed)", name, e.opts.Store.Path(name))
-	}
-	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, mine)
-}
-
-// Plan plans the tenant and shows the pending changes.
-func (e *Engine) Plan(ctx context.Context, name string) error {
-	ts, err := e.get(name)
-	if err != nil {
-		return err
-	}
-	if ts.orphaned() {
-		return fmt.Errorf("tenant %s: its file was removed; restore it to plan", name)
-	}
-	if err := e.fileValid(name); err != nil {
-		return err
-	}
-	return e.enqueue(name, "plan", nil)
-}
-
-// Cancel stops the tenant's running operation (tofu gets SIGINT and saves
-// its state) and drops the queued ones.
-func (e *Engine) Cancel(ctx context.Context, name string) error {
-	ts, err := e.get(name)
-	if err != nil {
-		return err
-	}
-	if !ts.cancel() {
-		return fmt.Errorf("tenant %s: no operation is running", name)
-	}
-	return nil
-}
-
-// Destroy tears the tenant's infrastructure down. confirm must be the
-// tenant's name.
-func (e *Engine) Destroy(ctx context.Context, name, confirm string) error {
-	if _, err := e.get(name); err != nil {
-		return err
-	}
-	if confirm != name {
-		return fmt.Errorf("tenant %s: destroy not confirmed: confirm must be the tenant name %q", name, name)
-	}
-	return e.enqueue(name, "destroy", nil)
-}
-
-// Scale writes a group's node count into the tenant file (atomically).
-// A provisioned tenant then plans, or applies when it has auto_apply; an
-// unprovisioned one uses the new count at its next Apply.
-func (e *Engine) Scale(ctx context.Context, name, group string, count int) error {
-	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetCount(name, group, count) })
-}
-
-// SetAutoApply writes auto_apply into the tenant file.
-func (e *Engine) SetAutoApply(ctx context.Context, name string, on bool) error {
-	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetAutoApply(name, on) })
-}
-
-// editSpec changes a tenant file through write and reacts to the change
-// like the file watcher would. A change that needs an operation the
-// tenant's queue has no room for is refused before the file is written: a
-// refused command changes nothing. e.mu is held from the room check to the
-// enqueue (the worker only ever makes room), so no other command can take
-// the slot in between.
-func (e *Engine) editSpec(name string, write func() (*tenant.Tenant, error)) error {
-	changed, err := e.editSpecLocked(name, write)
-	if err != nil {
-		return err
-	}
-	if changed {
-		e.publishTenants()
-	}
-	return nil
-}
-
-func (e *Engine) editSpecLocked(name string, write func() (*tenant.Tenant, error)) (changed bool, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false, ErrClosed
-	}
-	ts, ok := e.ts[name]
-	if !ok {
-		return false, fmt.Errorf("%w %q", ErrUnknownTenant, name)
-	}
-	if ts.orphaned() {
-		return false, fmt.Errorf("tenant %s: its file was removed", name)
-	}
-	if ts.reaction() != "" && len(ts.queue) >= cap(ts.queue) {
-		return false, fmt.Errorf("tenant %s: %w; the file was not changed", name, ErrBusy)
-	}
-	t, err := write()
-	if err != nil {
-		return false, err
-	}
-	if !ts.setSpec(t) {
-		return false, nil // the file watcher noticed the change first and reacted
-	}
-	if op := ts.reaction(); op != "" { // auto_apply may just have changed
-		if err := e.enqueueLocked(ts, op, nil); err != nil {
-			return true, err
-		}
-	}
-	return true, nil
-}
-
-// Bootstrap bootstraps etcd on the first control plane (a no-op when it
-// was done).
-func (e *Engine) Bootstrap(ctx context.Context, name string) error {
-	if _, err := e.get(name); err != nil {
-		return err
-	}
-	return e.enqueue(name, "bootstrap", nil)
-}
-
-// Reboot reboots one node.
-func (e *Engine) Reboot(ctx context.Context, name, node string) error {
-	ts, err := e.get(name)
-	if err != nil {
-		return err
-	}
-	if err := ts.provisioned(node); err != nil {
-		return err
-	}
-	return e.enqueue(name, "reboot", &opArgs{node: node})
-}
-
-// provisioned refuses a node the tenant's file does not declare, or one
-// that is not provisioned (yet).
-func (ts *tstate) provisioned(node string) error {
-	if t := ts.shown(); t != nil {
-		if _, ok := t.Node(node); !ok {
-			return fmt.Errorf("tenant %s has no node %q", ts.name, node)
-		}
-	}
-	if _, ok := ts.target(node); !ok {
-		return fmt.Errorf("tenant %s: node %q is not provisioned", ts.name, node)
-	}
-	return nil
-}
-
-// SetLogLevel changes the log level.
-func (e *Engine) SetLogLevel(level string) error {
-	if e.opts.SetLogLevel == nil {
-		return fmt.Errorf("the log level cannot be changed")
-	}
-	return e.opts.SetLogLevel(level)
+	return false
 }

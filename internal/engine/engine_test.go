@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,31 +38,38 @@ func newRecorder() *recorder {
 
 func (r *recorder) notify() { close(r.changed); r.changed = make(chan struct{}) }
 
-func (r *recorder) SetTenants(ts []*tenant.Tenant) {
+func (r *recorder) SetTenants(vs []tenant.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tenants = nil
 	r.nodes = map[string][]string{}
-	for _, t := range ts {
-		r.tenants = append(r.tenants, t.Name)
-		for _, n := range t.Nodes() {
-			r.nodes[t.Name] = append(r.nodes[t.Name], n.Name)
-		}
+	for _, v := range vs {
+		r.tenants = append(r.tenants, v.Name)
+		r.setLocked(v)
 	}
 	r.notify()
 }
-func (r *recorder) SetTenantStatus(name string, st tenant.Status) {
+
+func (r *recorder) SetTenant(v tenant.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.status[name] = st
+	r.setLocked(v)
 	r.notify()
 }
-func (r *recorder) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nstatus[node] = st
-	r.notify()
+
+// setLocked keeps a view: its status, its nodes' states and the names of
+// the nodes it shows.
+func (r *recorder) setLocked(v tenant.View) {
+	r.status[v.Name] = v.Status
+	var names []string
+	for n, ns := range v.Nodes {
+		r.nstatus[n] = ns
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	r.nodes[v.Name] = names
 }
+
 func (r *recorder) SetBridgeStatus(int) {}
 func (r *recorder) PublishOperation(ev tenant.OperationEvent) {
 	r.mu.Lock()

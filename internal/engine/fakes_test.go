@@ -212,11 +212,11 @@ func newUnitFixture(t *testing.T, tweak func(*unitFixture)) *unitFixture {
 		t.Fatal(err)
 	}
 	e, err := New(Options{DataDir: filepath.Join(dir, "data"), Store: &tenant.Store{Dir: tenants}, Infra: f.infra,
-		Nodes: f.nodes, Publisher: f.rec, TalosPort: 1, PollInterval: time.Hour, NodeTimeout: 30 * time.Second,
-		secureTry: 50 * time.Millisecond})
+		Nodes: f.nodes, Publisher: f.rec, TalosPort: 1, PollInterval: time.Hour, NodeTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.secureTry = 50 * time.Millisecond
 	f.eng = e
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -248,6 +248,13 @@ func (f *unitFixture) record(t *testing.T) record {
 		t.Fatalf("record: %v", err)
 	}
 	return r
+}
+
+// status is the tenant's status as last published.
+func (f *unitFixture) status() tenant.Status {
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	return f.rec.status["lab"]
 }
 
 func (f *unitFixture) apply(t *testing.T) tenant.OperationEvent {

@@ -41,13 +41,13 @@ func bareEngine(t *testing.T, file string) (*Engine, *tenant.Store) {
 }
 
 // addIdle registers a tenant without starting its worker.
-func (e *Engine) addIdle(t *testing.T, name string, rec record) *tstate {
+func (e *Engine) addIdle(t *testing.T, name string, rec record) *tenantState {
 	t.Helper()
 	s, err := e.opts.Store.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := newTState(e, name, rec)
+	ts := newTenantState(e, name, rec)
 	for _, tt := range s.Tenants {
 		if tt.Name == name {
 			ts.setSpec(tt)
@@ -64,9 +64,9 @@ func (e *Engine) addIdle(t *testing.T, name string, rec record) *tstate {
 func TestScaleRefusedWritesNothing(t *testing.T) {
 	file := tenantFile([]string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}, 1, false)
 	e, store := bareEngine(t, file)
-	ts := e.addIdle(t, "lab", record{Infra: true, Phase: tenant.PhaseRunning})
+	ts := e.addIdle(t, "lab", record{Infra: true, Bootstrapped: true})
 	for range cap(ts.queue) {
-		ts.queue <- &operation{name: "plan"}
+		ts.queue <- &operation{name: opPlan}
 	}
 	for _, call := range []func() error{
 		func() error { return e.Scale(context.Background(), "lab", "workers", 2) },
@@ -107,7 +107,7 @@ func TestConcurrentRecordSavesKeepEveryMarker(t *testing.T) {
 		for i := range nodes {
 			rec.Nodes[fmt.Sprintf("lab-w-%d", i)] = nodeRecord{Address: fmt.Sprintf("127.0.0.%d", i+1)}
 		}
-		ts := newTState(e, "lab", rec)
+		ts := newTenantState(e, "lab", rec)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range nodes {
@@ -115,7 +115,7 @@ func TestConcurrentRecordSavesKeepEveryMarker(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				if err := ts.configApplied(fmt.Sprintf("lab-w-%d", i), fmt.Sprintf("hash-%d", i)); err != nil {
+				if err := ts.recs.save(func(r *record) { setConfigHash(r, fmt.Sprintf("lab-w-%d", i), fmt.Sprintf("hash-%d", i)) }); err != nil {
 					t.Error(err)
 				}
 			}()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -30,10 +30,30 @@ import (
 type pendingPlan struct {
 	plan    *tofu.Plan
 	docHash [32]byte
+	// networkOnly: the plan is of a cloud tenant's network part
+	networkOnly bool
+}
+
+// dropPlan forgets the pending plan if it is plan.
+func (ts *tenantState) dropPlan(plan *tofu.Plan) {
+	ts.mu.Lock()
+	if ts.plan != nil && ts.plan.plan == plan {
+		ts.plan = nil
+	}
+	ts.mu.Unlock()
+	ts.changed()
+}
+
+func (p *pendingPlan) changes() tenant.Changes {
+	return tenant.Changes{Add: p.plan.Summary.Add, Change: p.plan.Summary.Change, Destroy: p.plan.Summary.Remove}
 }
 
 // progress shares: tofu takes the first half of an apply, Talos the rest.
 const tofuShare = 50
+
+// waitPolicy is how often a flow looks again at what it waits for, between
+// the reports that wake it.
+var waitPolicy = backoff.Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second}
 
 func (e *Engine) talosconfigPath(name string) string {
 	return filepath.Join(e.tenantDir(name), "talosconfig")
@@ -43,88 +63,14 @@ func (e *Engine) kubeconfigPath(name string) string {
 	return filepath.Join(e.tenantDir(name), "kubeconfig")
 }
 
-// dispatch runs an operation's flow and returns a message for the user.
-func (ts *tstate) dispatch(ctx context.Context, op *operation) (string, error) {
-	switch op.name {
-	case "plan":
-		return ts.planOrApply(ctx, false)
-	case "apply":
-		msg, err := ts.planOrApply(ctx, true)
-		if err == nil {
-			ts.queueAutoUpgrades() // auto_apply: a changed version rolls out after the apply
-		}
-		return msg, err
-	case "destroy":
-		return ts.destroy(ctx)
-	case "bootstrap":
-		return ts.bootstrap(ctx)
-	case "reboot":
-		return ts.reboot(ctx, op.args.node)
-	case "power_off":
-		return ts.powerOff(ctx, op.args.node) // power.go
-	case "power_on":
-		return ts.powerOn(ctx, op.args.node)
-	case "upgrade":
-		return ts.upgrade(ctx, op.args.component)
-	case "backup":
-		return ts.backup(ctx)
-	}
-	return "", fmt.Errorf("unknown operation %q", op.name)
-}
-
-// snapshot returns the spec to work on and the record, under the lock.
-func (ts *tstate) snapshot() (*tenant.Tenant, record) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	t := ts.spec
-	if t == nil {
-		t = ts.applied
-	}
-	return t, ts.rec.clone()
-}
-
-func (ts *tstate) setProgress(pct int) {
-	ts.setStatus(func(s *tenant.Status) { s.Progress = min(max(pct, 0), 100) })
-}
-
-// saveRec changes the record and writes it. Writes are serialised by
-// saveMu and each writes the record as it is when the write starts, so a
-// slower writer can never put back an older record over a newer one (two
-// nodes' config markers saved at once both survive).
-func (ts *tstate) saveRec(f func(*record)) error {
-	ts.saveMu.Lock()
-	defer ts.saveMu.Unlock()
-	ts.mu.Lock()
-	if f != nil {
-		f(&ts.rec)
-	}
-	rec := ts.rec.clone()
-	ts.mu.Unlock()
-	return ts.e.saveRecord(ts.name, rec)
-}
-
-// commit is the crash-ordering rule in one place: what act is about to do
-// is recorded (and on disk) before act runs, so that a stop, a kill or a
-// power cut in the middle of act finds a record that covers it (Infra
-// before tofu creates anything; a node's config marker before the node
-// gets the config). A failed write runs nothing.
-func (ts *tstate) commit(change func(*record), act func() error) error {
-	if err := ts.saveRec(change); err != nil {
-		return err
-	}
-	return act()
-}
-
-// persist writes the record as it is now (after a change made under mu).
-func (ts *tstate) persist() error { return ts.saveRec(nil) }
-
 // prepared is what a plan needs and an apply reuses.
 type prepared struct {
-	t       *tenant.Tenant
-	bundle  *secrets.Bundle
-	configs *talos.Configs
-	ws      Workspace
-	doc     []byte
+	t        *tenant.Tenant
+	renderer provider.Renderer
+	bundle   *secrets.Bundle
+	configs  *talos.Configs
+	ws       Workspace
+	doc      []byte
 	// networkOnly: doc is a cloud tenant's network part (no endpoint yet)
 	networkOnly bool
 }
@@ -134,13 +80,13 @@ type prepared struct {
 // endpoint does not exist yet needs its network part first: for an apply
 // it is created now; a plan (which must change nothing) gets the network
 // part alone to plan (networkOnly).
-func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
+func (ts *tenantState) prepare(ctx context.Context, r *run, apply bool) (*prepared, error) {
 	e := ts.e
 	t, rec := ts.snapshot()
 	if t == nil {
 		return nil, fmt.Errorf("tenant %s has no file", ts.name)
 	}
-	t = pinVersions(t, rec) // a running cluster keeps its versions until a rollout
+	t = clusterVersions(t, rec) // a running cluster keeps its versions until a rollout
 	bundle, err := talos.LoadOrCreateSecrets(e.tenantDir(ts.name), t.Name, t.TalosVersion, rec.Infra)
 	if err != nil {
 		return nil, err
@@ -149,87 +95,92 @@ func (ts *tstate) prepare(ctx context.Context, apply bool) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := platform.For(t.Provider)
+	rd, err := platform.For(t.Provider)
 	if err != nil {
 		return nil, err
 	}
+	p := &prepared{t: t, renderer: rd, bundle: bundle, ws: ws}
 	endpoint := talos.Endpoint(t) // the file's endpoint, or metal's first control plane
 	if endpoint == "" {
 		endpoint = rec.Endpoint // a cloud endpoint created earlier
 	}
 	if endpoint == "" && provider.NeedsNetworkStage(t) {
 		if !apply {
-			doc, err := r.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork})
-			if err != nil {
+			if p.doc, err = rd.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork}); err != nil {
 				return nil, err
 			}
-			if err := ws.WriteConfig(doc); err != nil {
+			if err := ws.WriteConfig(p.doc); err != nil {
 				return nil, err
 			}
-			return &prepared{t: t, bundle: bundle, ws: ws, doc: doc, networkOnly: true}, nil
+			p.networkOnly = true
+			return p, nil
 		}
-		if endpoint, err = ts.networkStage(ctx, r, ws, t); err != nil {
+		if endpoint, err = ts.networkStage(ctx, r, p); err != nil {
 			return nil, err
 		}
 	}
-	// the same pipeline as `rezuscloud render`
-	full, err := platform.RenderFull(t, bundle, endpoint)
+	// the same pipeline as `rezuscloud render`, each node at its versions
+	full, err := platform.RenderFullAt(rd, t, bundle, endpoint, func(n tenant.Node) talos.Versions { return rec.versionsOf(n.Name) })
 	if err != nil {
 		return nil, err
 	}
-	configs, doc := full.Configs, full.Doc
-	if err := ws.WriteConfig(doc); err != nil {
+	p.configs, p.doc = full.Configs, full.Doc
+	if err := ws.WriteConfig(p.doc); err != nil {
 		return nil, err
 	}
-	if err := ts.saveRec(func(r *record) { r.Endpoint = configs.Endpoint; recordVersions(r, t) }); err != nil {
+	if err := ts.recs.save(func(rec *record) { rec.Endpoint = p.configs.Endpoint; recordVersions(rec, t) }); err != nil {
 		return nil, err
 	}
-	return &prepared{t: t, bundle: bundle, configs: configs, ws: ws, doc: doc}, nil
+	return p, nil
 }
 
 // networkStage creates a cloud tenant's network part first, so that its
 // endpoint exists before the machine configs that name it.
-func (ts *tstate) networkStage(ctx context.Context, r provider.Renderer, ws Workspace, t *tenant.Tenant) (string, error) {
-	doc, err := r.Render(provider.Input{Tenant: t, Stage: provider.StageNetwork})
+func (ts *tenantState) networkStage(ctx context.Context, r *run, p *prepared) (string, error) {
+	doc, err := p.renderer.Render(provider.Input{Tenant: p.t, Stage: provider.StageNetwork})
 	if err != nil {
 		return "", err
 	}
-	if err := ws.WriteConfig(doc); err != nil {
+	if err := p.ws.WriteConfig(doc); err != nil {
 		return "", err
 	}
-	plan, err := ws.Plan(ctx, tofu.RunOptions{})
+	start := time.Now()
+	plan, err := p.ws.Plan(ctx, ts.tofuOptions(r, nil))
+	r.addTofu(time.Since(start))
 	if err != nil {
 		return "", err
 	}
-	if err := ts.commit(func(r *record) { r.Infra = true }, func() error {
-		_, err := ws.Apply(ctx, plan, tofu.RunOptions{})
+	start = time.Now()
+	err = ts.recs.commit(func(rec *record) { rec.Infra = true }, func() error {
+		_, err := p.ws.Apply(ctx, plan, ts.tofuOptions(r, nil))
 		return err
-	}); err != nil {
+	})
+	r.addTofu(time.Since(start))
+	if err != nil {
 		return "", fmt.Errorf("creating the network for the endpoint: %w", err)
 	}
-	out, err := outputsJSON(ctx, ws)
+	outs, err := p.ws.Output(ctx)
 	if err != nil {
 		return "", err
 	}
-	addr, err := provider.EndpointAddress(out)
+	addr, err := provider.EndpointAddress(outs)
 	if err != nil {
 		return "", err
 	}
 	return talos.EndpointURL(addr), nil
 }
 
-func outputsJSON(ctx context.Context, ws Workspace) ([]byte, error) {
-	outs, err := ws.Output(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(outs)
+// tofuOptions are a tofu command's options: its events go to the
+// operation's log, its progress to onProgress.
+func (ts *tenantState) tofuOptions(r *run, onProgress func(tofu.Progress)) tofu.RunOptions {
+	return tofu.RunOptions{OnEvent: func(ev tofu.Event) { ts.e.oplog.tofu(ts.name, r.name, ev) }, OnProgress: onProgress}
 }
 
 // planOrApply plans the tenant; with apply it then applies that plan (or
 // the pending plan made for exactly this document) and brings the nodes up.
-func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
-	p, err := ts.prepare(ctx, apply)
+func (ts *tenantState) planOrApply(ctx context.Context, r *run, apply bool) (string, error) {
+	r.setStep(stepPrepare)
+	p, err := ts.prepare(ctx, r, apply)
 	if err != nil {
 		return "", err
 	}
@@ -241,111 +192,114 @@ func (ts *tstate) planOrApply(ctx context.Context, apply bool) (string, error) {
 	if apply && pending != nil && pending.docHash == hash {
 		plan = pending.plan
 	} else {
+		r.setStep(stepPlan)
 		start := time.Now()
-		plan, err = p.ws.Plan(ctx, tofu.RunOptions{})
-		ts.addTofu(time.Since(start))
+		plan, err = p.ws.Plan(ctx, ts.tofuOptions(r, nil))
+		r.addTofu(time.Since(start))
 		if err != nil {
 			return "", err
 		}
 	}
-	changes := tenant.Changes{Add: plan.Summary.Add, Change: plan.Summary.Change, Destroy: plan.Summary.Remove}
-	ts.setStatus(func(s *tenant.Status) { s.Pending = changes })
+	pp := &pendingPlan{plan: plan, docHash: hash, networkOnly: p.networkOnly}
+	ts.mu.Lock()
+	ts.plan = pp // shown as pending changes, until applied
+	ts.drift = nil
+	ts.mu.Unlock()
+	ts.changed()
+	changes := pp.changes()
 	if !apply {
-		ts.mu.Lock()
-		ts.plan = &pendingPlan{plan: plan, docHash: hash}
-		ts.advanceLocked(evPlanned, facts{changes: plan.HasChanges()})
-		ts.mu.Unlock()
-		ts.publish()
 		if p.networkOnly {
 			return fmt.Sprintf("plan of the network part: %d to add; the machines are planned once the endpoint exists (press Apply)", changes.Add), nil
 		}
 		return fmt.Sprintf("plan: %d to add, %d to change, %d to destroy; press Apply to apply it", changes.Add, changes.Change, changes.Destroy), nil
 	}
-	ts.mu.Lock()
-	ts.plan = nil
-	ts.mu.Unlock()
-	return ts.applyPlan(ctx, p, plan)
+	return ts.applyPlan(ctx, r, p, plan)
 }
 
 // applyPlan brings the tenant to what p declares, in named steps: reset
 // the nodes the plan removes and apply the plan (applyInfra), record the
 // nodes tofu reports (recordNodes), configure them through Talos
 // (configureTalos), bootstrap etcd once and fetch the kubeconfig
-// (bootstrapOnce), and wait until every node runs (awaitRunning).
-func (ts *tstate) applyPlan(ctx context.Context, p *prepared, plan *tofu.Plan) (string, error) {
-	_, rec := ts.snapshot()
+// (bootstrapOnce), and wait until every node runs (waitRunning).
+func (ts *tenantState) applyPlan(ctx context.Context, r *run, p *prepared, plan *tofu.Plan) (string, error) {
+	rec := ts.recs.get()
 	declared := map[string]tenant.Node{}
 	for _, n := range p.t.Nodes() {
 		declared[n.Name] = n
 	}
-	var removed []string
+	var added, removed []string
 	for n := range rec.Nodes {
 		if _, ok := declared[n]; !ok {
 			removed = append(removed, n)
 		}
 	}
+	for n := range declared {
+		if _, ok := rec.Nodes[n]; !ok {
+			added = append(added, n)
+		}
+	}
 	slices.Sort(removed)
-	if err := ts.applyInfra(ctx, p, plan, rec, declared, removed); err != nil {
+	if rec.Bootstrapped && len(added)+len(removed) > 0 {
+		r.setActivity(tenant.ActivityScaling) // a running cluster is scaled; it stays running
+	}
+	if err := ts.applyInfra(ctx, r, p, plan, rec, added, removed); err != nil {
 		return "", err
 	}
-	nodes, err := ts.recordNodes(ctx, p, plan, rec, declared, removed)
+	nodes, err := ts.recordNodes(ctx, r, p, plan, rec, declared, removed)
 	if err != nil {
 		return "", err
 	}
-	tc, err := ts.configureTalos(ctx, p, nodes)
+	tc, err := ts.configureTalos(ctx, r, p, nodes)
 	if err != nil {
 		return "", err
 	}
-	if err := ts.bootstrapOnce(ctx, p, rec, tc); err != nil {
+	if err := ts.bootstrapOnce(ctx, r, p, rec, tc); err != nil {
 		return "", err
 	}
-	ts.setProgress(90)
-	if err := ts.waitRunning(ctx, nodes, tc); err != nil {
+	r.setStep(stepWait)
+	r.setProgress(90)
+	if err := ts.waitRunning(ctx, r, nodes); err != nil {
 		return "", err
 	}
-	ts.setStatus(func(s *tenant.Status) { s.Phase = next(s.Phase, evApplyDone, facts{}); s.Progress = 100 })
+	r.setProgress(100)
 	return fmt.Sprintf("%d nodes running; kubeconfig in %s", len(nodes), ts.e.kubeconfigPath(ts.name)), nil
 }
 
 // applyInfra resets the nodes the plan removes (gracefully: they leave a
 // running cluster) and applies the plan, when it changes anything. The
 // record says Infra before tofu creates the first resource.
-func (ts *tstate) applyInfra(ctx context.Context, p *prepared, plan *tofu.Plan, rec record, declared map[string]tenant.Node, removed []string) error {
+func (ts *tenantState) applyInfra(ctx context.Context, r *run, p *prepared, plan *tofu.Plan, rec record, added, removed []string) error {
 	if plan.HasChanges() {
-		ts.mu.Lock()
-		for n := range declared {
-			if _, exists := rec.Nodes[n]; !exists {
-				s := ts.nodes[n]
-				s.Stage = tenant.StageProvisioning
-				ts.nodes[n] = s
-			}
+		for _, n := range added {
+			r.intend(n, tenant.StageProvisioning, false)
 		}
-		ts.advanceLocked(evApplyStarted, facts{changes: true})
-		ts.mu.Unlock()
-		ts.publish()
 		if len(removed) > 0 {
-			if err := ts.resetNodes(ctx, p.t, removed, true); err != nil {
+			r.setStep(stepReset)
+			if err := ts.resetNodes(ctx, r, p.t, removed, true); err != nil {
 				return err
 			}
 		}
+		r.setStep(stepInfra)
 		planned := plan.Planned()
 		start := time.Now()
-		err := ts.commit(func(r *record) { r.Infra = true }, func() error {
-			_, err := p.ws.Apply(ctx, plan, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
+		err := ts.recs.commit(func(rec *record) { rec.Infra = true }, func() error {
+			_, err := p.ws.Apply(ctx, plan, ts.tofuOptions(r, func(pr tofu.Progress) {
 				if pr.Planned > 0 {
-					ts.setProgress(pr.Completed * tofuShare / pr.Planned)
+					r.setProgress(pr.Completed * tofuShare / pr.Planned)
 				} else if planned > 0 {
-					ts.setProgress(pr.Completed * tofuShare / planned)
+					r.setProgress(pr.Completed * tofuShare / planned)
 				}
-			}})
+			}))
 			return err
 		})
-		ts.addTofu(time.Since(start))
+		r.addTofu(time.Since(start))
+		ts.dropPlan(plan) // applied, or spent: tofu removes a plan file it applied
 		if err != nil {
-			return ts.explain(ctx, p.t, err)
+			return ts.explain(ctx, p, err)
 		}
 	}
-	ts.setStatus(func(s *tenant.Status) { s.Pending = tenant.Changes{}; s.Progress = tofuShare })
+	ts.dropPlan(plan)
+	r.setProgress(tofuShare)
 	return nil
 }
 
@@ -353,57 +307,61 @@ func (ts *tstate) applyInfra(ctx context.Context, p *prepared, plan *tofu.Plan, 
 // apply (a stop, a killed add-on) can leave every resource in the state but
 // not the outputs, which tofu writes at the end: then the plan changes only
 // outputs, and it is applied to write them.
-func (ts *tstate) reportedNodes(ctx context.Context, p *prepared, plan *tofu.Plan, declared map[string]tenant.Node) ([]provider.NodeOutput, error) {
-	r, err := platform.For(p.t.Provider)
-	if err != nil {
-		return nil, err
-	}
+func (ts *tenantState) reportedNodes(ctx context.Context, r *run, p *prepared, plan *tofu.Plan, declared map[string]tenant.Node) ([]provider.NodeOutput, error) {
 	read := func() ([]provider.NodeOutput, error) {
 		start := time.Now()
-		out, err := outputsJSON(ctx, p.ws)
-		ts.addTofu(time.Since(start))
+		outs, err := p.ws.Output(ctx)
+		r.addTofu(time.Since(start))
 		if err != nil {
 			return nil, err
 		}
-		return r.Nodes(out)
+		return provider.ParseNodes(outs)
 	}
 	outs, err := read()
 	if err != nil || plan.HasChanges() || allReported(declared, outs) {
 		return outs, err
 	}
-	start := time.Now()
-	_, err = p.ws.Apply(ctx, plan, tofu.RunOptions{})
-	ts.addTofu(time.Since(start))
+	ts.e.log.Info("tofu's outputs do not name every node (an interrupted apply); writing them", zap.String("tenant", ts.name))
+	plan, err = p.ws.Plan(ctx, ts.tofuOptions(r, nil))
 	if err != nil {
-		return nil, ts.explain(ctx, p.t, err)
+		return nil, err
+	}
+	start := time.Now()
+	_, err = p.ws.Apply(ctx, plan, ts.tofuOptions(r, nil))
+	r.addTofu(time.Since(start))
+	if err != nil {
+		return nil, ts.explain(ctx, p, err)
 	}
 	return read()
 }
 
 // recordNodes records the nodes as tofu reports them (before any Talos
-// call to them) and shows them; removed nodes leave Home Assistant.
-func (ts *tstate) recordNodes(ctx context.Context, p *prepared, plan *tofu.Plan, rec record, declared map[string]tenant.Node, removed []string) (map[string]nodeRecord, error) {
-	e := ts.e
-	outs, err := ts.reportedNodes(ctx, p, plan, declared)
+// call to them); removed nodes leave Home Assistant.
+func (ts *tenantState) recordNodes(ctx context.Context, r *run, p *prepared, plan *tofu.Plan, rec record, declared map[string]tenant.Node, removed []string) (map[string]nodeRecord, error) {
+	outs, err := ts.reportedNodes(ctx, r, p, plan, declared)
 	if err != nil {
 		return nil, err
 	}
 	nodes := map[string]nodeRecord{}
 	for _, o := range outs {
-		if n, ok := declared[o.Name]; ok {
-			nr := nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
-			if p.t.Provider != tenant.ProviderMetal {
-				nr.PrivateAddress = o.PrivateAddress
-			}
-			if old, ok := rec.Nodes[o.Name]; ok && old.Address == o.Address && old.ID == o.ID {
-				nr.ConfigHash = old.ConfigHash // the same machine: it has that config
-			} else if p.t.Provider != tenant.ProviderMetal {
-				// a new instance booted from its user_data, which is this
-				// config: it is not sent it again
-				nr.ConfigHash = configHash(p.configs.Nodes[o.Name])
-			}
-			nodes[o.Name] = nr
+		n, ok := declared[o.Name]
+		if !ok {
+			continue
 		}
+		nr := nodeRecord{Address: o.Address, ID: o.ID, Group: n.Group, Role: n.Role}
+		if p.t.Provider != tenant.ProviderMetal {
+			nr.PrivateAddress = o.PrivateAddress
+		}
+		if old, ok := rec.Nodes[o.Name]; ok && old.Address == o.Address && old.ID == o.ID {
+			// the same machine: it has that config, at those versions
+			nr.ConfigHash = old.ConfigHash
+			nr.TalosVersion, nr.KubernetesVersion, nr.KubeletVersion = old.TalosVersion, old.KubernetesVersion, old.KubeletVersion
+		} else if p.t.Provider != tenant.ProviderMetal {
+			// a new instance booted from its user_data, which is this
+			// config: it is not sent it again
+			nr.ConfigHash = configHash(p.configs.Nodes[o.Name])
+		}
+		nodes[o.Name] = nr
 	}
 	for n := range declared {
 		if _, ok := nodes[n]; !ok {
@@ -411,28 +369,27 @@ func (ts *tstate) recordNodes(ctx context.Context, p *prepared, plan *tofu.Plan,
 		}
 	}
 	specRaw := ts.currentSpecRaw()
-	if err := ts.saveRec(func(r *record) { r.Nodes = nodes; r.Spec = specRaw }); err != nil {
+	if err := ts.recs.save(func(rec *record) { rec.Nodes = nodes; rec.Spec = specRaw }); err != nil {
 		return nil, err
 	}
-	ts.mu.Lock()
 	for _, n := range removed {
-		delete(ts.nodes, n)
+		r.release(n) // its reset is done: it leaves Home Assistant
 	}
-	for name, nr := range nodes {
-		s := ts.nodes[name]
-		s.Address, s.PrivateAddress = e.shownAddress(p.t.Provider, ts.rec.Endpoint, nodes, name), nr.PrivateAddress
-		s.Role, s.Group = nr.Role, nr.Group
-		ts.nodes[name] = s
-	}
-	ts.mu.Unlock()
-	e.publishTenants() // removed nodes leave Home Assistant
+	ts.e.updatePollTargets()
 	return nodes, nil
+}
+
+func (ts *tenantState) currentSpecRaw() []byte {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return slices.Clone(ts.specRaw)
 }
 
 // configureTalos writes the talosconfig (the control planes reached
 // directly are its endpoints) and gives every node its machine config.
-func (ts *tstate) configureTalos(ctx context.Context, p *prepared, nodes map[string]nodeRecord) ([]byte, error) {
+func (ts *tenantState) configureTalos(ctx context.Context, r *run, p *prepared, nodes map[string]nodeRecord) ([]byte, error) {
 	e := ts.e
+	r.setStep(stepConfigure)
 	var cps []string
 	for _, n := range p.t.Nodes() {
 		if nr := nodes[n.Name]; n.Role == tenant.RoleControlPlane && !routed(p.t.Provider, nr) {
@@ -447,18 +404,17 @@ func (ts *tstate) configureTalos(ctx context.Context, p *prepared, nodes map[str
 		return nil, err
 	}
 	e.updatePollTargets()
-	ts.advance(evConfiguring, facts{})
-	if err := ts.configureNodes(ctx, p, nodes, tc); err != nil {
+	if err := ts.configureNodes(ctx, r, p, nodes, tc); err != nil {
 		return nil, err
 	}
-	ts.setProgress(75)
+	r.setProgress(75)
 	return tc, nil
 }
 
 // bootstrapOnce bootstraps etcd on the first control plane unless the
 // record says it was, and writes the kubeconfig.
-func (ts *tstate) bootstrapOnce(ctx context.Context, p *prepared, rec record, tc []byte) error {
-	ts.advance(evBootstrapping, facts{})
+func (ts *tenantState) bootstrapOnce(ctx context.Context, r *run, p *prepared, rec record, tc []byte) error {
+	r.setStep(stepBootstrap)
 	first, ok := ts.target(firstControlPlane(p.t))
 	if !ok {
 		return fmt.Errorf("the first control plane %s has no address", firstControlPlane(p.t))
@@ -467,9 +423,10 @@ func (ts *tstate) bootstrapOnce(ctx context.Context, p *prepared, rec record, tc
 		if err := ts.e.opts.Nodes.Bootstrap(ctx, first, tc); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
-		if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
+		if err := ts.recs.save(func(r *record) { r.Bootstrapped = true }); err != nil {
 			return err
 		}
+		ts.e.oplog.line(ts.name, r.name, "talos", "info", "etcd bootstrapped on "+firstControlPlane(p.t))
 	}
 	kc, err := ts.e.opts.Nodes.Kubeconfig(ctx, first, tc)
 	if err != nil {
@@ -500,19 +457,12 @@ type explainer interface {
 }
 
 // explain returns err with the platform's explanation, when it has one.
-func (ts *tstate) explain(ctx context.Context, t *tenant.Tenant, err error) error {
-	if ctx.Err() != nil {
+func (ts *tenantState) explain(ctx context.Context, p *prepared, err error) error {
+	ex, ok := p.renderer.(explainer)
+	if ctx.Err() != nil || !ok {
 		return err
 	}
-	r, rerr := platform.For(t.Provider)
-	if rerr != nil {
-		return err
-	}
-	ex, ok := r.(explainer)
-	if !ok {
-		return err
-	}
-	if msg := ex.Explain(ctx, t, ts.e.opts.CloudEnv(t.Provider), err.Error()); msg != err.Error() {
+	if msg := ex.Explain(ctx, p.t, ts.e.opts.CloudEnv(p.t.Provider), err.Error()); msg != err.Error() {
 		return &explainedError{msg: msg, err: err}
 	}
 	return err
@@ -528,28 +478,14 @@ type explainedError struct {
 func (e *explainedError) Error() string { return e.msg }
 func (e *explainedError) Unwrap() error { return e.err }
 
-// addTofu adds to the time the running operation spent in tofu.
-func (ts *tstate) addTofu(d time.Duration) {
-	ts.mu.Lock()
-	ts.tofuTime += d
-	ts.mu.Unlock()
-}
-
-func (ts *tstate) currentSpecRaw() []byte {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return slices.Clone(ts.specRaw)
-}
-
 // configureNodes gives every node in maintenance mode its machine config,
 // control planes first, and then waits for each node's secure API. The two
 // steps are apart because a worker's API comes up only after a control
 // plane of its cluster is configured (it gets its certificate from trustd):
 // waiting for workers while holding the slots a control plane needs would
 // never end.
-func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[string]nodeRecord, tc []byte) error {
-	e := ts.e
-	ctx, cancel := context.WithTimeout(ctx, e.opts.NodeTimeout)
+func (ts *tenantState) configureNodes(ctx context.Context, r *run, p *prepared, nodes map[string]nodeRecord, tc []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, ts.e.opts.NodeTimeout)
 	defer cancel()
 	var order []string
 	for _, n := range p.t.Nodes() { // control-plane group first, as declared
@@ -568,15 +504,18 @@ func (ts *tstate) configureNodes(ctx context.Context, p *prepared, nodes map[str
 			macs[n.Name] = n.Machine.MAC
 		}
 	}
+	for _, n := range order {
+		r.expect(n) // brought up by this apply: not down
+	}
 	if err := parallel(ctx, order, func(name string) error {
 		t, _ := ts.target(name)
-		return ts.configureNode(ctx, name, t, macs[name], p.configs.Nodes[name], tc)
+		return ts.configureNode(ctx, r, name, t, macs[name], p.configs.Nodes[name], tc)
 	}); err != nil {
 		return err
 	}
 	return parallel(ctx, order, func(name string) error {
 		t, _ := ts.target(name)
-		return ts.waitConfigured(ctx, name, t, p.configs.Nodes[name], tc)
+		return ts.waitConfigured(ctx, r, name, t, p.configs.Nodes[name], tc)
 	})
 }
 
@@ -619,78 +558,78 @@ func parallel(ctx context.Context, names []string, fn func(name string) error) e
 // configureNode waits until a node answers and gives it its machine
 // config: through the maintenance API when it waits for one, through the
 // secure API when it runs with an older one.
-func (ts *tstate) configureNode(ctx context.Context, name string, target talos.Target, mac string, cfg, tc []byte) error {
+func (ts *tenantState) configureNode(ctx context.Context, r *run, name string, target talos.Target, mac string, cfg, tc []byte) error {
 	hash := configHash(cfg)
 	ep := target.String()
 	last := tenant.StageUnreachable
 	var woken time.Time
-	for {
-		st, err := ts.e.opts.Nodes.Status(ctx, target, tc)
-		if err == nil {
-			ts.observe(name, st, "")
-			switch st.Stage {
-			case tenant.StageMaintenance:
-				if target.Routed() {
-					return fmt.Errorf("node %s is in maintenance mode, and it can only be reached through a control plane, which maintenance mode does not serve: recreate the instance so that it boots from its user_data", name)
-				}
-				// recorded first: if a stop interrupts the call after the
-				// node took the config, the node comes up with it and is
-				// not given it again; if the node did not take it, it is
-				// still in maintenance next time, whatever the record says
-				if err := ts.commit(func(r *record) { setConfigHash(r, name, hash) }, func() error {
-					return ts.e.opts.Nodes.ApplyMaintenance(ctx, ep, cfg)
-				}); err != nil {
-					return fmt.Errorf("node %s: applying its machine config: %w", name, err)
-				}
-				ts.intend(name, tenant.StageInstalling, false)
-				return nil
-			case tenant.StageRunning:
-				if ts.appliedHash(name) == hash {
-					return nil
-				}
-				if err := ts.e.opts.Nodes.ApplyConfig(ctx, target, tc, cfg); err != nil {
-					return fmt.Errorf("node %s: applying its changed machine config: %w", name, err)
-				}
-				return ts.configApplied(name, hash)
+	err := backoff.Until(ctx, waitPolicy, nil, func(ctx context.Context) (bool, error) {
+		st, err := ts.read(ctx, name, target, tc)
+		if err != nil {
+			if errors.Is(err, talos.ErrCredentials) {
+				return false, fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
 			}
-			// unreachable, or on its way up with a config (installing,
-			// rebooting, booting: an interrupted apply): wait for it
-			last = st.Stage
-			if st.Stage == tenant.StageUnreachable {
-				ts.wakeMachine(ctx, name, mac, &woken) // power.go: Wake-on-LAN or the machine's power
-			}
-		} else if errors.Is(err, talos.ErrCredentials) {
-			return fmt.Errorf("node %s at %s belongs to another cluster (it refuses this tenant's credentials); reset it to maintenance mode first", name, ep)
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			if last != tenant.StageUnreachable {
-				return fmt.Errorf("node %s at %s stayed in stage %s: %w", name, ep, last, context.Cause(ctx))
+		switch st.Stage {
+		case tenant.StageMaintenance:
+			if target.Routed() {
+				return false, fmt.Errorf("node %s is in maintenance mode, and it can only be reached through a control plane, which maintenance mode does not serve: recreate the instance so that it boots from its user_data", name)
 			}
-			return fmt.Errorf("node %s did not answer at %s: %w", name, ep, context.Cause(ctx))
-		case <-time.After(time.Second):
+			// recorded first: if a stop interrupts the call after the
+			// node took the config, the node comes up with it and is
+			// not given it again; if the node did not take it, it is
+			// still in maintenance next time, whatever the record says
+			if err := ts.recs.commit(func(rec *record) { setConfigHash(rec, name, hash) }, func() error {
+				return ts.e.opts.Nodes.ApplyMaintenance(ctx, target.Endpoints[0], cfg)
+			}); err != nil {
+				return false, fmt.Errorf("node %s: applying its machine config: %w", name, err)
+			}
+			r.intend(name, tenant.StageInstalling, false)
+			ts.e.oplog.line(ts.name, r.name, "talos", "info", "node "+name+": machine config given in maintenance mode; installing")
+			return true, nil
+		case tenant.StageRunning:
+			if ts.recs.get().Nodes[name].ConfigHash == hash {
+				return true, nil
+			}
+			if err := ts.e.opts.Nodes.ApplyConfig(ctx, target, tc, cfg); err != nil {
+				return false, fmt.Errorf("node %s: applying its changed machine config: %w", name, err)
+			}
+			ts.e.oplog.line(ts.name, r.name, "talos", "info", "node "+name+": changed machine config applied")
+			return true, ts.recs.save(func(rec *record) { setConfigHash(rec, name, hash) })
 		}
+		// unreachable, or on its way up with a config (installing,
+		// rebooting, booting: an interrupted apply): wait for it
+		last = st.Stage
+		if st.Stage == tenant.StageUnreachable {
+			ts.wakeMachine(ctx, name, mac, &woken) // power.go: Wake-on-LAN or the machine's power
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		if last != tenant.StageUnreachable {
+			return fmt.Errorf("node %s at %s stayed in stage %s: %w", name, ep, last, context.Cause(ctx))
+		}
+		return fmt.Errorf("node %s did not answer at %s: %w", name, ep, context.Cause(ctx))
 	}
+	return err
 }
 
 // waitConfigured waits until a node that was given its config answers
 // the secure API. A node that falls back to maintenance mode instead (its
-// install failed, it rebooted from the ISO) is noticed, logged, shown in
-// stage maintenance and given its config again, twice at most; then the
-// apply fails and says so, instead of waiting in silence until its timeout.
-func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.Target, cfg, tc []byte) error {
+// install failed, it rebooted from the ISO) is noticed, logged and given
+// its config again, twice at most; then the apply fails and says so,
+// instead of waiting in silence until its timeout.
+func (ts *tenantState) waitConfigured(ctx context.Context, r *run, name string, target talos.Target, cfg, tc []byte) error {
 	const maxReapply = 2
 	reapplied := 0
-	for attempt := 0; ; attempt++ {
-		try := ts.e.opts.secureTry
-		if try <= 0 {
-			try = 3 * time.Second
-		}
-		tctx, cancel := context.WithTimeout(ctx, try)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, ts.e.secureTry)
 		_, err := ts.e.opts.Nodes.WaitSecure(tctx, target, tc)
 		definitive := err != nil && tctx.Err() == nil // not a time-out: the node refused
 		cancel()
 		if err == nil {
+			r.expect(name) // it boots: shown as it reports itself
 			return nil
 		}
 		if definitive {
@@ -699,19 +638,21 @@ func (ts *tstate) waitConfigured(ctx context.Context, name string, target talos.
 		if ctx.Err() != nil {
 			return fmt.Errorf("node %s: waiting for its Talos API: %w", name, context.Cause(ctx))
 		}
-		if st, serr := ts.e.opts.Nodes.Status(ctx, target, tc); serr == nil && st.Stage == tenant.StageMaintenance && !target.Routed() {
-			ts.observe(name, st, "")
-			if reapplied >= maxReapply {
-				return fmt.Errorf("node %s fell back to maintenance mode %d times after it was given its machine config: check its install disk and its console", name, reapplied+1)
-			}
-			reapplied++
-			ts.e.log.Warn("node fell back to maintenance mode after it was configured; giving it its machine config again",
-				zap.String("tenant", ts.name), zap.String("node", name), zap.Int("attempt", reapplied))
-			if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
-				return fmt.Errorf("node %s: applying its machine config again after it fell back to maintenance mode: %w", name, err)
-			}
-			ts.intend(name, tenant.StageInstalling, false)
+		st, serr := ts.read(ctx, name, target, tc)
+		if serr != nil || st.Stage != tenant.StageMaintenance || target.Routed() {
+			continue
 		}
+		if reapplied >= maxReapply {
+			return fmt.Errorf("node %s fell back to maintenance mode %d times after it was given its machine config: check its install disk and its console", name, reapplied+1)
+		}
+		reapplied++
+		ts.e.log.Warn("node fell back to maintenance mode after it was configured; giving it its machine config again",
+			zap.String("tenant", ts.name), zap.String("node", name), zap.Int("attempt", reapplied))
+		ts.e.oplog.line(ts.name, r.name, "talos", "warn", fmt.Sprintf("node %s fell back to maintenance mode; giving it its machine config again (%d of %d)", name, reapplied, maxReapply))
+		if err := ts.e.opts.Nodes.ApplyMaintenance(ctx, target.Endpoints[0], cfg); err != nil {
+			return fmt.Errorf("node %s: applying its machine config again after it fell back to maintenance mode: %w", name, err)
+		}
+		r.intend(name, tenant.StageInstalling, false)
 	}
 }
 
@@ -732,18 +673,6 @@ func firstControlPlane(t *tenant.Tenant) string {
 	return ""
 }
 
-// appliedHash is the hash of the config a node was last given.
-func (ts *tstate) appliedHash(name string) string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.rec.Nodes[name].ConfigHash
-}
-
-// configApplied records that a node has the config of that hash.
-func (ts *tstate) configApplied(name, hash string) error {
-	return ts.saveRec(func(r *record) { setConfigHash(r, name, hash) })
-}
-
 // setConfigHash marks in r that a node has the config of that hash.
 func setConfigHash(r *record, name, hash string) {
 	if n, ok := r.Nodes[name]; ok {
@@ -752,78 +681,104 @@ func setConfigHash(r *record, name, hash string) {
 	}
 }
 
-// waitRunning waits until every node runs and is ready.
-func (ts *tstate) waitRunning(ctx context.Context, nodes map[string]nodeRecord, tc []byte) error {
-	e := ts.e
-	ctx, cancel := context.WithTimeout(ctx, e.opts.NodeTimeout)
-	defer cancel()
-	for {
-		var waiting []string
-		for name := range nodes {
-			t, ok := ts.target(name)
-			if !ok {
-				return fmt.Errorf("node %s has no address", name)
-			}
-			st, err := ts.e.opts.Nodes.Status(ctx, t, tc)
-			if err == nil {
-				ts.observe(name, st, "")
-			}
-			if err != nil || st.Stage != tenant.StageRunning || !st.Ready {
-				waiting = append(waiting, name)
+// waitNodes waits until ok holds for what each node last reported: it has
+// them polled at once and again as waitPolicy says, and looks again at
+// every report. It returns the nodes still waited for when ctx ends.
+func (ts *tenantState) waitNodes(ctx context.Context, nodes []string, ok func(name string, o nodeObs) bool) ([]string, error) {
+	var waiting []string
+	err := backoff.Until(ctx, waitPolicy, func() <-chan struct{} {
+		_, _, ch := ts.observed("")
+		return ch
+	}, func(context.Context) (bool, error) {
+		waiting = waiting[:0]
+		for _, n := range nodes {
+			if o, seen, _ := ts.observed(n); !seen || !ok(n, o) {
+				waiting = append(waiting, n)
+				ts.e.poller.Trigger(pollKey(ts.name, n))
 			}
 		}
-		if len(waiting) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			slices.Sort(waiting)
-			return fmt.Errorf("nodes not running and ready in time: %s: %w", strings.Join(waiting, ", "), context.Cause(ctx))
-		case <-time.After(time.Second):
-		}
-	}
+		return len(waiting) == 0, nil
+	})
+	slices.Sort(waiting)
+	return waiting, err
 }
+
+// runningReady: the node runs and is ready.
+func runningReady(_ string, o nodeObs) bool { return o.st.Stage == tenant.StageRunning && o.st.Ready }
+
+// waitRunning waits until every node runs and is ready.
+func (ts *tenantState) waitRunning(ctx context.Context, r *run, nodes map[string]nodeRecord) error {
+	ctx, cancel := context.WithTimeout(ctx, ts.e.opts.NodeTimeout)
+	defer cancel()
+	var names []string
+	for n := range nodes {
+		names = append(names, n)
+	}
+	waiting, err := ts.waitNodes(ctx, names, runningReady)
+	if err != nil {
+		return fmt.Errorf("nodes not running and ready in time: %s: %w", strings.Join(waiting, ", "), err)
+	}
+	return nil
+}
+
+// resetBound bounds one node's reset: a machine that does not answer it
+// in time is named, so that a teardown never hangs.
+const resetBound = 2 * time.Minute
 
 // resetNodes resets nodes through the Talos API: gracefully (cordon,
 // drain, leave etcd) when removing them from a running cluster, or not
 // (back to maintenance) when the whole cluster goes. A removed metal node
-// whose machine has a mac is halted instead of rebooted, to save power:
-// Wake-on-LAN brings it back when the group grows again.
-func (ts *tstate) resetNodes(ctx context.Context, t *tenant.Tenant, names []string, graceful bool) error {
+// whose machine can be powered on again is halted instead of rebooted, to
+// save power. A node that is gone (a cloud instance tofu removes anyway,
+// or a machine being destroyed) is no reason to stop; a metal machine that
+// does not answer a graceful reset is named, with what the user can do.
+func (ts *tenantState) resetNodes(ctx context.Context, r *run, t *tenant.Tenant, names []string, graceful bool) error {
 	e := ts.e
 	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
 	if err != nil {
 		return nil // never configured: nothing to reset
 	}
 	var errs []error
-	for _, n := range names {
+	for i, n := range names {
 		ep, ok := ts.target(n)
 		if !ok {
 			continue
 		}
-		ts.intend(n, tenant.StageResetting, false)
+		r.intend(n, tenant.StageResetting, false)
 		opts := talos.ResetOptions{Graceful: graceful}
 		m := machineOf(t, n)
 		if graceful && e.canPowerOff(m) { // power.go
 			opts.Halt = true
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, resetBound)
 		err := ts.e.opts.Nodes.Reset(rctx, ep, tc, opts)
 		cancel()
 		if err == nil && opts.Halt {
 			e.log.Info("node reset and halted; its power brings it back when needed", zap.String("node", n))
 			ts.afterHalt(ctx, n, ep, m, tc)
 		}
+		if err == nil {
+			e.oplog.line(ts.name, r.name, "talos", "info", fmt.Sprintf("node %s reset (%d of %d)", n, i+1, len(names)))
+		}
 		if err != nil {
-			st, serr := ts.e.opts.Nodes.Status(ctx, ep, tc)
-			if serr == nil && st.Stage == tenant.StageMaintenance {
-				continue // already reset
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
 			}
-			if serr == nil && st.Stage == tenant.StageUnreachable && !graceful {
-				e.log.Warn("node unreachable during reset; tofu will remove it anyway", zap.String("node", n))
+			st, serr := ts.read(ctx, n, ep, tc)
+			switch {
+			case serr == nil && st.Stage == tenant.StageMaintenance:
+				continue // already reset
+			case serr == nil && st.Stage == tenant.StageUnreachable && (!graceful || t.Provider != tenant.ProviderMetal):
+				e.log.Warn("node unreachable during reset; it is removed anyway", zap.String("node", n))
+				e.oplog.line(ts.name, r.name, "talos", "warn", "node "+n+" does not answer; it is removed without a reset")
 				continue
 			}
-			errs = append(errs, fmt.Errorf("resetting node %s: %w", n, err))
+			addr := ""
+			if m != nil {
+				addr = " (" + m.Address + ")"
+			}
+			errs = append(errs, fmt.Errorf("node %s%s did not take its reset within %s: %w; bring it back and press Apply again, or forget the machine (Forget machine) to remove it without touching it",
+				n, addr, resetBound, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -848,20 +803,20 @@ func machineOf(t *tenant.Tenant, node string) *tenant.Machine {
 
 // destroy resets the nodes back to maintenance and destroys the
 // infrastructure; the secrets bundle stays until the tenant file is removed.
-func (ts *tstate) destroy(ctx context.Context) (string, error) {
+func (ts *tenantState) destroy(ctx context.Context, r *run) (string, error) {
 	e := ts.e
 	t, rec := ts.snapshot()
 	if t == nil {
 		return "", fmt.Errorf("tenant %s has neither a file nor a remembered spec", ts.name)
 	}
-	ts.advance(evDestroyStarted, facts{})
 	var names []string
 	for n := range rec.Nodes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	if t.Provider == tenant.ProviderMetal {
-		if err := ts.resetNodes(ctx, t, names, false); err != nil {
+		r.setStep(stepReset)
+		if err := ts.resetNodes(ctx, r, t, names, false); err != nil {
 			return "", err
 		}
 	}
@@ -869,19 +824,21 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	r.setStep(stepInfra)
 	if _, err := os.Stat(filepath.Join(ws.Dir(), tofu.ConfigFile)); err == nil {
-		_, err := ws.Destroy(ctx, tofu.RunOptions{OnProgress: func(pr tofu.Progress) {
+		start := time.Now()
+		_, err := ws.Destroy(ctx, ts.tofuOptions(r, func(pr tofu.Progress) {
 			if pr.Planned > 0 {
-				ts.setProgress(pr.Completed * 100 / pr.Planned)
+				r.setProgress(pr.Completed * 100 / pr.Planned)
 			}
-		}})
+		}))
+		r.addTofu(time.Since(start))
 		if err != nil {
 			return "", err
 		}
 	}
-	if err := ts.saveRec(func(r *record) {
-		r.Infra, r.Bootstrapped, r.Nodes, r.Endpoint = false, false, nil, ""
-		r.Phase = next(r.Phase, evDestroyDone, facts{})
+	if err := ts.recs.save(func(r *record) {
+		r.Infra, r.Bootstrapped, r.Nodes, r.Endpoint, r.Rollout = false, false, nil, "", nil
 	}); err != nil {
 		return "", err
 	}
@@ -892,18 +849,14 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 		}
 	}
 	ts.mu.Lock()
-	ts.plan = nil
-	for n, s := range ts.nodes {
-		s.Stage, s.Ready, s.TalosVersion = tenant.StagePending, false, ""
-		ts.nodes[n] = s
-	}
-	ts.advanceLocked(evDestroyDone, facts{})
-	ts.status.Pending = tenant.Changes{}
-	ts.status.Progress = 100
+	ts.plan, ts.drift = nil, nil
 	orphan := ts.spec == nil
-	ts.pruneNodesLocked() // nodes the file no longer declares go
 	ts.mu.Unlock()
+	for _, n := range names {
+		r.release(n)
+	}
 	e.updatePollTargets()
+	r.setProgress(100)
 	if orphan {
 		e.forget(ts)
 	}
@@ -911,7 +864,7 @@ func (ts *tstate) destroy(ctx context.Context) (string, error) {
 }
 
 // forget removes an orphaned tenant after its destroy.
-func (e *Engine) forget(ts *tstate) {
+func (e *Engine) forget(ts *tenantState) {
 	e.mu.Lock()
 	if cur, ok := e.ts[ts.name]; ok && cur == ts && !e.closed {
 		delete(e.ts, ts.name)
@@ -922,6 +875,7 @@ func (e *Engine) forget(ts *tstate) {
 	ts.mu.Unlock()
 	e.mu.Unlock()
 	e.removeTenantFiles(ts.name)
+	e.publishTenants()
 }
 
 // removeTenantFiles deletes what the engine kept of a tenant that has no
@@ -936,10 +890,9 @@ func (e *Engine) removeTenantFiles(name string) {
 }
 
 // bootstrap bootstraps etcd once (AlreadyExists counts as done).
-func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
-	e := ts.e
+func (ts *tenantState) bootstrap(ctx context.Context, r *run) (string, error) {
 	t, _ := ts.snapshot()
-	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	tc, err := ts.talosconfig()
 	if err != nil || t == nil {
 		return "", fmt.Errorf("tenant %s is not provisioned: press Apply", ts.name)
 	}
@@ -947,31 +900,44 @@ func (ts *tstate) bootstrap(ctx context.Context) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("tenant %s has no provisioned control plane", ts.name)
 	}
+	r.setStep(stepBootstrap)
 	if err := ts.e.opts.Nodes.Bootstrap(ctx, first, tc); err != nil {
 		return "", err
 	}
-	if err := ts.saveRec(func(r *record) { r.Bootstrapped = true }); err != nil {
+	if err := ts.recs.save(func(r *record) { r.Bootstrapped = true }); err != nil {
 		return "", err
 	}
 	return "etcd is bootstrapped", nil
 }
 
-// reboot reboots one node.
-func (ts *tstate) reboot(ctx context.Context, node string) (string, error) {
-	e := ts.e
+// reboot reboots one node and waits until it runs and is ready again.
+func (ts *tenantState) reboot(ctx context.Context, r *run, node string) (string, error) {
 	ep, ok := ts.target(node)
 	if !ok {
 		return "", fmt.Errorf("node %s is not provisioned", node)
 	}
-	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	tc, err := ts.talosconfig()
 	if err != nil {
-		return "", fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
+		return "", err
 	}
 	if err := ts.e.opts.Nodes.Reboot(ctx, ep, tc); err != nil {
 		return "", err
 	}
-	ts.intend(node, tenant.StageRebooting, false) // and polls it soon
-	return fmt.Sprintf("node %s is rebooting", node), nil
+	r.intend(node, tenant.StageRebooting, false)
+	ctx, cancel := context.WithTimeout(ctx, ts.e.opts.NodeTimeout)
+	defer cancel()
+	// down first (a reboot is seen within a minute), then back up
+	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+	_, _ = ts.waitNodes(dctx, []string{node}, func(_ string, o nodeObs) bool { return o.st.Stage != tenant.StageRunning })
+	dcancel()
+	if ctx.Err() != nil {
+		return "", context.Cause(ctx)
+	}
+	r.expect(node) // shown as it reports itself from now on
+	if _, err := ts.waitNodes(ctx, []string{node}, runningReady); err != nil {
+		return "", fmt.Errorf("node %s did not come back running and ready after its reboot: %w", node, err)
+	}
+	return fmt.Sprintf("node %s rebooted and runs again", node), nil
 }
 
 // writeSecretFile writes a tenant secret (0600) under the data dir and,

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -15,78 +16,93 @@ import (
 // TestUnitApplyHappyPath: an apply over fakes configures both nodes,
 // bootstraps once and ends running, recorded.
 func TestUnitApplyHappyPath(t *testing.T) {
-	f := newUnitFixture(t, nil)
-	ev := f.apply(t)
-	if ev.Result != tenant.ResultSucceeded {
-		t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
-	}
-	r := f.record(t)
-	if !r.Infra || !r.Bootstrapped || r.Phase != tenant.PhaseRunning || len(r.Nodes) != 2 {
-		t.Fatalf("record after apply: infra %v bootstrapped %v phase %s nodes %d", r.Infra, r.Bootstrapped, r.Phase, len(r.Nodes))
-	}
-	f.nodes.mu.Lock()
-	calls := slices.Clone(f.nodes.calls)
-	f.nodes.mu.Unlock()
-	boots := 0
-	for _, c := range calls {
-		if strings.HasPrefix(c, "bootstrap ") {
-			boots++
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newUnitFixture(t, nil)
+		ev := f.apply(t)
+		if ev.Result != tenant.ResultSucceeded {
+			t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
 		}
-	}
-	if boots != 1 {
-		t.Errorf("bootstrap called %d times, want 1 (calls %v)", boots, calls)
-	}
+		r := f.record(t)
+		if !r.Infra || !r.Bootstrapped || r.Failure != nil || len(r.Nodes) != 2 {
+			t.Fatalf("record after apply: infra %v bootstrapped %v failure %v nodes %d", r.Infra, r.Bootstrapped, r.Failure, len(r.Nodes))
+		}
+		if st := f.status(); st.Phase != tenant.PhaseRunning {
+			t.Errorf("phase after apply: %s, want running", st.Phase)
+		}
+		f.nodes.mu.Lock()
+		calls := slices.Clone(f.nodes.calls)
+		f.nodes.mu.Unlock()
+		boots := 0
+		for _, c := range calls {
+			if strings.HasPrefix(c, "bootstrap ") {
+				boots++
+			}
+		}
+		if boots != 1 {
+			t.Errorf("bootstrap called %d times, want 1 (calls %v)", boots, calls)
+		}
+	})
 }
 
 // TestUnitApplyTofuFails: a failing tofu apply fails the operation with
 // tofu's error, the phase is failed, and no node was configured.
 func TestUnitApplyTofuFails(t *testing.T) {
-	f := newUnitFixture(t, func(f *unitFixture) { f.infra.applyErr = errors.New("quota exceeded") })
-	ev := f.apply(t)
-	if ev.Result != tenant.ResultFailed || !strings.Contains(ev.Message, "quota exceeded") {
-		t.Fatalf("apply: %s: %q, want failed with tofu's error", ev.Result, ev.Message)
-	}
-	if r := f.record(t); r.Phase != tenant.PhaseFailed || r.Running != "" {
-		t.Errorf("record: phase %s running %q, want failed and none", r.Phase, r.Running)
-	}
-	f.nodes.mu.Lock()
-	defer f.nodes.mu.Unlock()
-	if len(f.nodes.calls) != 0 {
-		t.Errorf("nodes were called after tofu failed: %v", f.nodes.calls)
-	}
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newUnitFixture(t, func(f *unitFixture) { f.infra.applyErr = errors.New("quota exceeded") })
+		ev := f.apply(t)
+		if ev.Result != tenant.ResultFailed || !strings.Contains(ev.Message, "quota exceeded") {
+			t.Fatalf("apply: %s: %q, want failed with tofu's error", ev.Result, ev.Message)
+		}
+		if r := f.record(t); r.Failure == nil || r.Running != "" {
+			t.Errorf("record: failure %v running %q, want the failure and none running", r.Failure, r.Running)
+		}
+		if st := f.status(); st.Phase != tenant.PhaseFailed {
+			t.Errorf("phase: %s, want failed", st.Phase)
+		}
+		f.nodes.mu.Lock()
+		defer f.nodes.mu.Unlock()
+		if len(f.nodes.calls) != 0 {
+			t.Errorf("nodes were called after tofu failed: %v", f.nodes.calls)
+		}
+	})
 }
 
 // TestUnitRecordBeforeAct: when a node is given its config the record on
 // disk already says so, and says infrastructure exists and that the apply
 // runs (a crash during the call converges on restart).
 func TestUnitRecordBeforeAct(t *testing.T) {
-	var f *unitFixture
-	var bad []string
-	f = newUnitFixture(t, func(u *unitFixture) {
-		u.nodes.check = func(ep string) {
-			r := u.record(t)
-			var hashed bool
-			for _, n := range r.Nodes {
-				if n.Address == strings.Split(ep, ":")[0] && n.ConfigHash != "" {
-					hashed = true
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var f *unitFixture
+		var bad []string
+		f = newUnitFixture(t, func(u *unitFixture) {
+			u.nodes.check = func(ep string) {
+				r := u.record(t)
+				var hashed bool
+				for _, n := range r.Nodes {
+					if n.Address == strings.Split(ep, ":")[0] && n.ConfigHash != "" {
+						hashed = true
+					}
+				}
+				if !r.Infra || r.Running != "apply" || !hashed {
+					bad = append(bad, ep)
 				}
 			}
-			if !r.Infra || r.Running != "apply" || !hashed {
-				bad = append(bad, ep)
-			}
+		})
+		if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
+			t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
+		}
+		f.nodes.mu.Lock()
+		defer f.nodes.mu.Unlock()
+		if len(bad) > 0 {
+			t.Errorf("config given before it was recorded to %v", bad)
+		}
+		if len(f.nodes.calls) == 0 {
+			t.Error("no node was configured")
 		}
 	})
-	if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
-		t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
-	}
-	f.nodes.mu.Lock()
-	defer f.nodes.mu.Unlock()
-	if len(bad) > 0 {
-		t.Errorf("config given before it was recorded to %v", bad)
-	}
-	if len(f.nodes.calls) == 0 {
-		t.Error("no node was configured")
-	}
 }
 
 // lastErr is the error a command returns, whatever else it returns.
@@ -101,36 +117,39 @@ func lastErr(vs ...any) error {
 // TestUnitCancelDuringApply: a Cancel pressed while tofu applies ends the
 // apply cancelled, records no running operation and configures no node.
 func TestUnitCancelDuringApply(t *testing.T) {
-	in := make(chan struct{})
-	f := newUnitFixture(t, func(u *unitFixture) { u.infra.block, u.infra.inApply = true, in })
-	if err := lastErr(f.eng.Apply(context.Background(), "lab")); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	select {
-	case <-in:
-	case <-time.After(10 * time.Second):
-		t.Fatal("tofu apply never started")
-	}
-	if err := lastErr(f.eng.Cancel(context.Background(), "lab")); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
-	var ev tenant.OperationEvent
-	f.rec.wait(t, "the apply to end", 10*time.Second, func(r *recorder) bool {
-		var ok bool
-		ev, ok = r.lastEvent("apply")
-		return ok
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		in := make(chan struct{})
+		f := newUnitFixture(t, func(u *unitFixture) { u.infra.block, u.infra.inApply = true, in })
+		if err := lastErr(f.eng.Apply(context.Background(), "lab")); err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+		select {
+		case <-in:
+		case <-time.After(10 * time.Second):
+			t.Fatal("tofu apply never started")
+		}
+		if err := lastErr(f.eng.Cancel(context.Background(), "lab")); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		var ev tenant.OperationEvent
+		f.rec.wait(t, "the apply to end", 10*time.Second, func(r *recorder) bool {
+			var ok bool
+			ev, ok = r.lastEvent("apply")
+			return ok
+		})
+		if ev.Result != tenant.ResultCancelled {
+			t.Fatalf("apply: %s: %q, want cancelled", ev.Result, ev.Message)
+		}
+		if r := f.record(t); r.Running != "" {
+			t.Errorf("record after cancel: running %q, want none", r.Running)
+		}
+		f.nodes.mu.Lock()
+		defer f.nodes.mu.Unlock()
+		if len(f.nodes.calls) != 0 {
+			t.Errorf("nodes were called after the apply was cancelled: %v", f.nodes.calls)
+		}
 	})
-	if ev.Result != tenant.ResultCancelled {
-		t.Fatalf("apply: %s: %q, want cancelled", ev.Result, ev.Message)
-	}
-	if r := f.record(t); r.Running != "" {
-		t.Errorf("record after cancel: running %q, want none", r.Running)
-	}
-	f.nodes.mu.Lock()
-	defer f.nodes.mu.Unlock()
-	if len(f.nodes.calls) != 0 {
-		t.Errorf("nodes were called after the apply was cancelled: %v", f.nodes.calls)
-	}
 }
 
 // TestUnitMaintenanceFallback: a node that falls back to maintenance mode
@@ -150,7 +169,21 @@ func TestUnitMaintenanceFallback(t *testing.T) {
 			message: "node lab-workers-1 fell back to maintenance mode 3 times", applies: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newUnitFixture(t, func(u *unitFixture) { u.nodes.fallbacks = map[string]int{worker: tc.fallbacks} })
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) { unitFallback(t, worker, tc.fallbacks, tc.result, tc.message, tc.applies) })
+		})
+	}
+}
+
+func unitFallback(t *testing.T, worker string, fallbacks int, result tenant.Result, message string, applies int) {
+	tc := struct {
+		result  tenant.Result
+		message string
+		applies int
+	}{result, message, applies}
+	{
+		{
+			f := newUnitFixture(t, func(u *unitFixture) { u.nodes.fallbacks = map[string]int{worker: fallbacks} })
 			ev := f.apply(t)
 			if ev.Result != tc.result || !strings.Contains(ev.Message, tc.message) {
 				t.Fatalf("apply: %s: %q, want %s with %q", ev.Result, ev.Message, tc.result, tc.message)
@@ -166,7 +199,7 @@ func TestUnitMaintenanceFallback(t *testing.T) {
 			if n != tc.applies {
 				t.Errorf("the worker was given its config %d times, want %d (calls %v)", n, tc.applies, f.nodes.calls)
 			}
-		})
+		}
 	}
 }
 
@@ -175,7 +208,7 @@ func TestUnitMaintenanceFallback(t *testing.T) {
 // endpoint's host); nodes with their own address, and every metal node,
 // are dialled directly.
 func TestUnitRoutedTarget(t *testing.T) {
-	e := &Engine{opts: Options{TalosPort: 50000}}
+	t.Parallel()
 	nodes := map[string]nodeRecord{
 		"lab-cp-1":      {Address: "127.0.10.1", PrivateAddress: "10.0.0.11", Role: tenant.RoleControlPlane},
 		"lab-cp-2":      {Address: "127.0.10.2", PrivateAddress: "10.0.0.12", Role: tenant.RoleControlPlane},
@@ -198,7 +231,7 @@ func TestUnitRoutedTarget(t *testing.T) {
 		{tenant.ProviderOpenStack, "lab-gone", talos.Target{}, false},
 		{tenant.ProviderMetal, "lab-workers-1", talos.Direct("10.0.0.21:50000"), true},
 	} {
-		got, ok := e.targetIn(tc.p, endpoint, nodes, tc.node)
+		got, ok := targetIn(tc.p, endpoint, nodes, tc.node, 50000)
 		if ok != tc.ok || !got.Equal(tc.want) {
 			t.Errorf("%s %s: %v %v, want %v %v", tc.p, tc.node, got, ok, tc.want, tc.ok)
 		}
@@ -208,48 +241,12 @@ func TestUnitRoutedTarget(t *testing.T) {
 		"lab-cp-1":      {Address: "10.0.0.11", PrivateAddress: "10.0.0.11", Role: tenant.RoleControlPlane},
 		"lab-workers-1": {PrivateAddress: "10.0.0.21", Role: tenant.RoleWorker},
 	}
-	got, ok := e.targetIn(tenant.ProviderOpenStack, endpoint, cpPrivate, "lab-workers-1")
+	got, ok := targetIn(tenant.ProviderOpenStack, endpoint, cpPrivate, "lab-workers-1", 50000)
 	if want := talos.Route([]string{"127.0.10.9:50000"}, "10.0.0.21"); !ok || !got.Equal(want) {
 		t.Errorf("through the endpoint only: %v %v, want %v", got, ok, want)
 	}
-	if _, ok := e.targetIn(tenant.ProviderOpenStack, "", cpPrivate, "lab-workers-1"); ok {
+	if _, ok := targetIn(tenant.ProviderOpenStack, "", cpPrivate, "lab-workers-1", 50000); ok {
 		t.Error("a routed node with no gateway at all has a target")
-	}
-}
-
-// TestUnitObserved: the one conversion of a node's read state into its
-// status: stage and readiness as read, versions kept when not read, and a
-// held intent stage kept while the node runs.
-func TestUnitObserved(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		was  tenant.NodeStatus
-		st   talos.NodeState
-		hold tenant.Stage
-		want tenant.NodeStatus
-	}{
-		{name: "running and ready", was: tenant.NodeStatus{Stage: tenant.StageInstalling},
-			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0", KubeletVersion: "v1.32.0"},
-			want: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0", KubernetesVersion: "v1.32.0"}},
-		{name: "ready only when running", was: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, TalosVersion: "v1.9.0"},
-			st:   talos.NodeState{Stage: tenant.StageBooting, Ready: true},
-			want: tenant.NodeStatus{Stage: tenant.StageBooting, TalosVersion: "v1.9.0"}},
-		{name: "maintenance", was: tenant.NodeStatus{Stage: tenant.StageInstalling},
-			st: talos.NodeState{Stage: tenant.StageMaintenance}, want: tenant.NodeStatus{Stage: tenant.StageMaintenance}},
-		{name: "held while running", was: tenant.NodeStatus{Stage: tenant.StageUpgrading}, hold: tenant.StageUpgrading,
-			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true},
-			want: tenant.NodeStatus{Stage: tenant.StageUpgrading, Ready: true}},
-		{name: "hold ends when the node goes down", was: tenant.NodeStatus{Stage: tenant.StageUpgrading}, hold: tenant.StageUpgrading,
-			st: talos.NodeState{Stage: tenant.StageRebooting}, want: tenant.NodeStatus{Stage: tenant.StageRebooting}},
-		{name: "hold only of that stage", was: tenant.NodeStatus{Stage: tenant.StageBooting}, hold: tenant.StageUpgrading,
-			st:   talos.NodeState{Stage: tenant.StageRunning, Ready: true},
-			want: tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true}},
-	} {
-		got := tc.was
-		observed(&got, tc.st, tc.hold)
-		if got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
 	}
 }
 
@@ -257,16 +254,19 @@ func TestUnitObserved(t *testing.T) {
 // Nodes too, and is what shows a change no flow made: a running node
 // found back in maintenance mode.
 func TestUnitPollerThroughSeam(t *testing.T) {
-	f := newUnitFixture(t, nil)
-	if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
-		t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
-	}
-	f.nodes.mu.Lock()
-	f.nodes.configured["127.0.0.2:1"] = false // reset behind the engine's back
-	f.nodes.mu.Unlock()
-	f.eng.poller.Trigger(pollKey("lab", "lab-workers-1"))
-	f.rec.wait(t, "the poller to show the worker in maintenance", 10*time.Second, func(r *recorder) bool {
-		s := r.nstatus["lab-workers-1"]
-		return s.Stage == tenant.StageMaintenance && !s.Ready
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newUnitFixture(t, nil)
+		if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
+			t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
+		}
+		f.nodes.mu.Lock()
+		f.nodes.configured["127.0.0.2:1"] = false // reset behind the engine's back
+		f.nodes.mu.Unlock()
+		f.eng.poller.Trigger(pollKey("lab", "lab-workers-1"))
+		f.rec.wait(t, "the poller to show the worker in maintenance", 10*time.Second, func(r *recorder) bool {
+			s := r.nstatus["lab-workers-1"]
+			return s.Stage == tenant.StageMaintenance && !s.Ready
+		})
 	})
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -72,7 +71,7 @@ func (e *Engine) Power(ctx context.Context, name, node, state string) error {
 	if state != PowerOn && state != PowerOff {
 		return fmt.Errorf("power %q: want \"on\" or \"off\"", state)
 	}
-	ts, err := e.get(name)
+	ts, err := e.lookup(name)
 	if err != nil {
 		return err
 	}
@@ -94,45 +93,60 @@ func (e *Engine) Power(ctx context.Context, name, node, state string) error {
 	if _, err := c.State(ctx); err != nil { // the entity exists, the BMC lets us in
 		return fmt.Errorf("node %s (%s): %w; nothing was changed", node, m.Address, err)
 	}
-	op := "power_on"
 	if state == PowerOff {
-		op = "power_off"
+		return e.enqueue(name, operation{name: opPowerOff, activity: tenant.ActivityPowering,
+			do: func(ctx context.Context, r *run) (string, error) { return ts.powerOff(ctx, r, node) }})
 	}
-	return e.enqueue(name, op, &opArgs{node: node})
+	return e.enqueue(name, operation{name: opPowerOn, activity: tenant.ActivityPowering,
+		do: func(ctx context.Context, r *run) (string, error) { return ts.powerOn(ctx, r, node) }})
 }
 
-// powerOff runs a Power off: Talos shutdown, wait, controller Off.
-func (ts *tstate) powerOff(ctx context.Context, node string) (string, error) {
+// powerOff runs a Power off: Talos shutdown, wait, controller Off. A node
+// that does not answer is off as far as Talos is concerned: it is switched
+// off all the same.
+func (ts *tenantState) powerOff(ctx context.Context, r *run, node string) (string, error) {
 	e := ts.e
 	target, m, c, tc, err := ts.powerTarget(node)
 	if err != nil {
 		return "", err
 	}
-	ts.intend(node, tenant.StageShuttingDown, false)
+	r.intend(node, tenant.StageShuttingDown, false)
+	silent := false
 	if err := ts.e.opts.Nodes.Shutdown(ctx, target, tc); err != nil {
-		return "", fmt.Errorf("node %s: %w", node, err)
+		st, serr := ts.read(ctx, node, target, tc)
+		if serr != nil || st.Stage != tenant.StageUnreachable {
+			return "", fmt.Errorf("node %s: %w", node, err)
+		}
+		silent = true
+		e.log.Info("node does not answer its shutdown: it is off as far as Talos is concerned; switching it off",
+			zap.String("tenant", ts.name), zap.String("node", node))
 	}
-	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
-	err = ts.e.opts.Nodes.WaitGone(wctx, target, tc, 250*time.Millisecond)
-	cancel()
-	if err != nil {
-		return "", err
+	if !silent {
+		wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
+		err = ts.e.opts.Nodes.WaitGone(wctx, target, tc, 250*time.Millisecond)
+		cancel()
+		if err != nil {
+			return "", err
+		}
 	}
-	ts.intend(node, tenant.StageUnreachable, false) // WaitGone saw it go; the poller cannot tell before power-off
 	if err := c.Off(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s) is shut down, but powering it off failed: %w", node, m.Address, err)
 	}
-	e.poller.Trigger(pollKey(ts.name, node))
+	ts.read(ctx, node, target, tc) //nolint:errcheck // the poller sees it silent now
+	if silent {
+		return fmt.Sprintf("node %s did not answer, so it was powered off without a Talos shutdown", node), nil
+	}
 	return fmt.Sprintf("node %s is shut down and powered off", node), nil
 }
 
 // powerOn runs a Power on: controller On, wait until the node answers.
-func (ts *tstate) powerOn(ctx context.Context, node string) (string, error) {
+func (ts *tenantState) powerOn(ctx context.Context, r *run, node string) (string, error) {
 	e := ts.e
 	target, m, c, tc, err := ts.powerTarget(node)
 	if err != nil {
 		return "", err
 	}
+	r.expect(node)
 	if err := c.On(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s): %w", node, m.Address, err)
 	}
@@ -142,11 +156,11 @@ func (ts *tstate) powerOn(ctx context.Context, node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	e.poller.Trigger(pollKey(ts.name, node))
+	ts.read(ctx, node, target, tc) //nolint:errcheck // the poller sees it answer now
 	return fmt.Sprintf("node %s is powered on and answers", node), nil
 }
 
-func (ts *tstate) powerTarget(node string) (talos.Target, *tenant.Machine, power.Controller, []byte, error) {
+func (ts *tenantState) powerTarget(node string) (talos.Target, *tenant.Machine, power.Controller, []byte, error) {
 	target, ok := ts.target(node)
 	if !ok {
 		return talos.Target{}, nil, nil, nil, fmt.Errorf("node %s is not provisioned", node)
@@ -160,9 +174,9 @@ func (ts *tstate) powerTarget(node string) (talos.Target, *tenant.Machine, power
 	if err != nil {
 		return talos.Target{}, nil, nil, nil, fmt.Errorf("node %s: %w", node, err)
 	}
-	tc, err := os.ReadFile(ts.e.talosconfigPath(ts.name))
+	tc, err := ts.talosconfig()
 	if err != nil {
-		return talos.Target{}, nil, nil, nil, fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
+		return talos.Target{}, nil, nil, nil, err
 	}
 	return target, m, c, tc, nil
 }
@@ -177,7 +191,7 @@ func (e *Engine) shutdownTimeout() time.Duration {
 // afterHalt powers a machine off once a graceful reset with halt has
 // stopped it answering (a scale-down), through its controller. Wake-on-LAN
 // has nothing to do.
-func (ts *tstate) afterHalt(ctx context.Context, node string, target talos.Target, m *tenant.Machine, tc []byte) {
+func (ts *tenantState) afterHalt(ctx context.Context, node string, target talos.Target, m *tenant.Machine, tc []byte) {
 	e := ts.e
 	c, spec, err := e.controller(m)
 	if err != nil || spec.Kind == power.KindWOL || spec.Kind == power.KindNone {
@@ -200,7 +214,7 @@ func (ts *tstate) afterHalt(ctx context.Context, node string, target talos.Targe
 // configured (a scale-up). Wake-on-LAN is sent again every WakeInterval;
 // any other controller is asked once per call of configureNode (woken
 // non-zero), since a button toggles.
-func (ts *tstate) wakeMachine(ctx context.Context, node, mac string, woken *time.Time) {
+func (ts *tenantState) wakeMachine(ctx context.Context, node, mac string, woken *time.Time) {
 	e := ts.e
 	t, _ := ts.snapshot()
 	m := machineOf(t, node)

@@ -9,13 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
 // record is what the engine remembers of a tenant across restarts, kept in
-// <data_dir>/tenants/<name>/engine.json. It holds no secret.
+// <data_dir>/tenants/<name>/engine.json: facts only (what exists, what
+// happened), never a phase or a stage, which the view derives from them
+// (view.go). It holds no secret.
 type record struct {
 	// Infra is true from the first apply that created anything until a
 	// destroy succeeded: the secrets bundle must not be regenerated and a
@@ -23,9 +27,6 @@ type record struct {
 	Infra bool `json:"infra"`
 	// Bootstrapped is true once the first control plane accepted Bootstrap.
 	Bootstrapped bool `json:"bootstrapped"`
-	// Phase is the tenant's phase as it was when the last operation ended
-	// (a copy of the status's, see settlePhaseLocked).
-	Phase tenant.Phase `json:"phase"`
 	// Endpoint is the Kubernetes API endpoint the machine configs name.
 	Endpoint string `json:"endpoint,omitempty"`
 	// Nodes are the nodes the last apply created, by name.
@@ -35,15 +36,34 @@ type record struct {
 	Running string `json:"running,omitempty"`
 	// LastOperation is the last finished operation.
 	LastOperation *tenant.OperationResult `json:"last_operation,omitempty"`
+	// Failure is the last operation that did not succeed (failed, was
+	// cancelled or interrupted) and that no later apply, rollout or destroy
+	// made good; while it is set the tenant is failed.
+	Failure *tenant.OperationResult `json:"failure,omitempty"`
 	// Spec is the tenant file as last applied, so an orphaned tenant (its
 	// file removed) can still be shown and destroyed.
 	Spec []byte `json:"spec,omitempty"`
 	// TalosVersion and KubernetesVersion are the versions the cluster's
 	// machine configs are made with: those it was created with, then the
-	// target of the last rollout that started. An apply uses them, not the
-	// file's, so it never moves a running cluster by itself (DESIGN §10.2).
+	// target of the last rollout that reached every node. An apply uses
+	// them (and each node's own, nodeRecord), not the file's, so it never
+	// moves a running cluster by itself (docs/design.md §10.2).
 	TalosVersion      string `json:"talos_version,omitempty"`
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
+	// Rollout is an upgrade that started and has not reached every node:
+	// after a cancel, a failure or a restart it says what Install resumes.
+	Rollout *rolloutRecord `json:"rollout,omitempty"`
+	// Phase is read from records written before phases were derived, once
+	// (migrate); it is never written.
+	Phase tenant.Phase `json:"phase,omitempty"`
+}
+
+// rolloutRecord is an upgrade in progress, as far as it got.
+type rolloutRecord struct {
+	Component string `json:"component"`
+	Version   string `json:"version"`
+	Done      int    `json:"done"`
+	Total     int    `json:"total"`
 }
 
 // nodeRecord is one applied node.
@@ -61,6 +81,13 @@ type nodeRecord struct {
 	// ConfigHash is the sha256 of the machine config the node was last
 	// given, so a changed config reaches running nodes too.
 	ConfigHash string `json:"config_hash,omitempty"`
+	// TalosVersion, KubernetesVersion (the control-plane components) and
+	// KubeletVersion are the versions the node's config was last made with
+	// ("": the record's): a rollout moves them node by node, and an apply
+	// keeps them, so that it never moves a version by itself.
+	TalosVersion      string `json:"talos_version,omitempty"`
+	KubernetesVersion string `json:"kubernetes_version,omitempty"`
+	KubeletVersion    string `json:"kubelet_version,omitempty"`
 }
 
 // clone copies a record so it can be read without the tenant's lock.
@@ -71,7 +98,56 @@ func (r record) clone() record {
 		lo := *r.LastOperation
 		r.LastOperation = &lo
 	}
+	if r.Failure != nil {
+		f := *r.Failure
+		r.Failure = &f
+	}
+	if r.Rollout != nil {
+		ro := *r.Rollout
+		r.Rollout = &ro
+	}
 	return r
+}
+
+// migrate turns a record written before phases were derived into facts:
+// a tenant that was failed keeps its failure. It reports whether anything
+// changed.
+func (r *record) migrate() bool {
+	if r.Phase == "" {
+		return false
+	}
+	if r.Phase == tenant.PhaseFailed && r.Failure == nil {
+		f := tenant.OperationResult{Name: "apply", Result: tenant.ResultFailed,
+			Message: "the last operation before an update of rezuscloud did not succeed; press Apply to converge"}
+		if lo := r.LastOperation; lo != nil && lo.Result != tenant.ResultSucceeded {
+			f = *lo
+		}
+		r.Failure = &f
+	}
+	r.Phase = ""
+	return true
+}
+
+// versionsOf are the versions node n's config is made with: its own once a
+// rollout moved it, else the cluster's ("" where the cluster has none yet:
+// the tenant's).
+func (r record) versionsOf(n string) talos.Versions {
+	nr := r.Nodes[n]
+	v := talos.Versions{Talos: firstOf(nr.TalosVersion, r.TalosVersion), Kubernetes: firstOf(nr.KubernetesVersion, r.KubernetesVersion)}
+	v.Kubelet = firstOf(nr.KubeletVersion, v.Kubernetes)
+	return v
+}
+
+// records keeps one tenant's record: the one writer of its file. Every
+// change goes through save (or commit), which changes the record in memory
+// and writes it whole, serialised, so that a slower writer can never put
+// back an older record over a newer one.
+type records struct {
+	path string
+
+	saveMu sync.Mutex // serialises writes
+	mu     sync.Mutex
+	rec    record
 }
 
 func (e *Engine) tenantDir(name string) string { return filepath.Join(e.opts.DataDir, "tenants", name) }
@@ -80,10 +156,50 @@ func (e *Engine) recordPath(name string) string {
 	return filepath.Join(e.tenantDir(name), "engine.json")
 }
 
+// get returns a copy of the record.
+func (rs *records) get() record {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.rec.clone()
+}
+
+// read runs f on the record under its lock (f must not keep it).
+func (rs *records) read(f func(r *record)) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	f(&rs.rec)
+}
+
+// save changes the record and writes it.
+func (rs *records) save(change func(*record)) error {
+	rs.saveMu.Lock()
+	defer rs.saveMu.Unlock()
+	rs.mu.Lock()
+	if change != nil {
+		change(&rs.rec)
+	}
+	rec := rs.rec.clone()
+	rs.mu.Unlock()
+	return writeRecord(rs.path, rec)
+}
+
+// commit is the crash-ordering rule in one place: what act is about to do
+// is recorded (and on disk) before act runs, so that a stop, a kill or a
+// power cut in the middle of act finds a record that covers it (Infra
+// before tofu creates anything; a node's config marker before the node
+// gets the config). A failed write runs nothing.
+func (rs *records) commit(change func(*record), act func() error) error {
+	if err := rs.save(change); err != nil {
+		return err
+	}
+	return act()
+}
+
 // loadRecord reads a tenant's record; a missing one is empty.
 func (e *Engine) loadRecord(name string) (record, error) {
 	var r record
-	data, err := os.ReadFile(e.recordPath(name))
+	path := e.recordPath(name)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
 	}
@@ -91,22 +207,22 @@ func (e *Engine) loadRecord(name string) (record, error) {
 		return r, fmt.Errorf("tenant %s: engine record: %w", name, err)
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
-		return r, fmt.Errorf("tenant %s: engine record %s is damaged: %w", name, e.recordPath(name), err)
+		return r, fmt.Errorf("tenant %s: engine record %s is damaged: %w", name, path, err)
 	}
 	return r, nil
 }
 
-// saveRecord writes a tenant's record atomically.
-func (e *Engine) saveRecord(name string, r record) error {
-	if err := os.MkdirAll(e.tenantDir(name), 0o700); err != nil {
-		return fmt.Errorf("tenant %s: %w", name, err)
+// writeRecord writes a record atomically, 0600.
+func writeRecord(path string, r record) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(e.recordPath(name), data, 0o600); err != nil {
-		return fmt.Errorf("tenant %s: engine record: %w", name, err)
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("engine record: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
@@ -14,7 +15,12 @@ import (
 // a private address is reached through the control planes that have a
 // public one (and the endpoint's host), naming the node in the request, as
 // `talosctl -e <endpoint> -n <private ip>` does. This file is the one place
-// that decides it.
+// that decides it; its functions are pure.
+
+// talosEndpoint is a node's Talos API endpoint "host:port".
+func talosEndpoint(address string, port int) string {
+	return net.JoinHostPort(address, strconv.Itoa(port))
+}
 
 // routed reports whether a node is reached through a control plane.
 func routed(p tenant.Provider, nr nodeRecord) bool {
@@ -24,7 +30,7 @@ func routed(p tenant.Provider, nr nodeRecord) bool {
 // gateways are the Talos API endpoints ("host:port") through which routed
 // nodes are reached, in preference order: the control planes with an
 // address of their own, by name, then the Kubernetes endpoint's host.
-func (e *Engine) gateways(p tenant.Provider, endpoint string, nodes map[string]nodeRecord) []string {
+func gateways(p tenant.Provider, endpoint string, nodes map[string]nodeRecord, port int) []string {
 	var names []string
 	for n, nr := range nodes {
 		if nr.Role == tenant.RoleControlPlane && !routed(p, nr) && nr.Address != "" {
@@ -34,10 +40,10 @@ func (e *Engine) gateways(p tenant.Provider, endpoint string, nodes map[string]n
 	slices.Sort(names)
 	var eps []string
 	for _, n := range names {
-		eps = append(eps, e.endpoint(nodes[n].Address))
+		eps = append(eps, talosEndpoint(nodes[n].Address, port))
 	}
 	if u, err := url.Parse(endpoint); err == nil && u.Hostname() != "" {
-		if ep := e.endpoint(u.Hostname()); !slices.Contains(eps, ep) {
+		if ep := talosEndpoint(u.Hostname(), port); !slices.Contains(eps, ep) {
 			eps = append(eps, ep)
 		}
 	}
@@ -45,13 +51,13 @@ func (e *Engine) gateways(p tenant.Provider, endpoint string, nodes map[string]n
 }
 
 // targetIn is how to reach one node of nodes.
-func (e *Engine) targetIn(p tenant.Provider, endpoint string, nodes map[string]nodeRecord, name string) (talos.Target, bool) {
+func targetIn(p tenant.Provider, endpoint string, nodes map[string]nodeRecord, name string, port int) (talos.Target, bool) {
 	nr, ok := nodes[name]
 	if !ok {
 		return talos.Target{}, false
 	}
 	if routed(p, nr) {
-		gw := e.gateways(p, endpoint, nodes)
+		gw := gateways(p, endpoint, nodes, port)
 		if len(gw) == 0 {
 			return talos.Target{}, false
 		}
@@ -60,35 +66,20 @@ func (e *Engine) targetIn(p tenant.Provider, endpoint string, nodes map[string]n
 	if nr.Address == "" {
 		return talos.Target{}, false
 	}
-	return talos.Direct(e.endpoint(nr.Address)), true
+	return talos.Direct(talosEndpoint(nr.Address, port)), true
 }
 
 // shownAddress is the address a node's state shows: the one it is reached
 // through (for a routed node the first gateway's host).
-func (e *Engine) shownAddress(p tenant.Provider, endpoint string, nodes map[string]nodeRecord, name string) string {
+func shownAddress(p tenant.Provider, endpoint string, nodes map[string]nodeRecord, name string, port int) string {
 	nr := nodes[name]
 	if !routed(p, nr) {
 		return nr.Address
 	}
-	if gw := e.gateways(p, endpoint, nodes); len(gw) > 0 {
+	if gw := gateways(p, endpoint, nodes, port); len(gw) > 0 {
 		if host, _, err := net.SplitHostPort(gw[0]); err == nil {
 			return host
 		}
 	}
 	return ""
-}
-
-// providerLocked is the tenant's platform (metal when nothing is known).
-func (ts *tstate) providerLocked() tenant.Provider {
-	if t := ts.shownLocked(); t != nil {
-		return t.Provider
-	}
-	return tenant.ProviderMetal
-}
-
-// target is how to reach a provisioned node.
-func (ts *tstate) target(name string) (talos.Target, bool) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.e.targetIn(ts.providerLocked(), ts.rec.Endpoint, ts.rec.Nodes, name)
 }

@@ -32,12 +32,19 @@ type Nodes interface {
 	WaitAnswering(ctx context.Context, t talos.Target, talosconfig []byte, interval time.Duration) error
 }
 
-// talosNodes is Nodes over package talos (the real machine API).
-type talosNodes struct{}
+// talosNodes is Nodes over package talos (the real machine API). Node
+// states are read over the connections of one talos.Reader, which the
+// poller shares (it prunes them).
+type talosNodes struct{ r *talos.Reader }
 
-func (talosNodes) Status(ctx context.Context, t talos.Target, tc []byte) (talos.NodeState, error) {
-	return talos.Status(ctx, t, tc)
+func newTalosNodes() talosNodes { return talosNodes{r: talos.NewReader()} }
+
+func (n talosNodes) Status(ctx context.Context, t talos.Target, tc []byte) (talos.NodeState, error) {
+	return n.r.Status(ctx, t, tc)
 }
+
+// Prune closes the connections no polled node uses any more.
+func (n talosNodes) Prune(keep map[string]bool) { n.r.Prune(keep) }
 func (talosNodes) ApplyMaintenance(ctx context.Context, ep string, cfg []byte) error {
 	return talos.ApplyMaintenance(ctx, ep, cfg)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,29 +11,28 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
 // Rolling upgrades (docs/design.md §10.2). The file's talos_version and
 // kubernetes_version are targets; the record's versions are what the
-// machine configs are made with. A rollout moves one node at a time,
-// control planes first, stops at the first failure and never retries by
-// itself; run again, it resumes with the nodes not yet on target because a
-// node's own report (never a record) says whether it is done.
+// machine configs are made with, the cluster's and each node's. A rollout
+// moves one node at a time, control planes first, records each node's new
+// version as it gets there (so an apply never moves a version: a cancelled
+// or failed rollout leaves every node as it is), stops at the first
+// failure and never retries by itself; run again, it resumes with the
+// nodes not yet on target because a node's own report (never a record)
+// says whether it is done.
 
 // Components an upgrade moves.
 const (
 	ComponentTalos      = "talos"
 	ComponentKubernetes = "kubernetes"
 )
-
-// upgradeStep is how often a node is asked about its progress while it
-// upgrades.
-const upgradeStep = 200 * time.Millisecond
 
 // Upgrade rolls the tenant's cluster to a Talos or Kubernetes version: with
 // version, the tenant file is changed first (in place, comments kept);
@@ -47,7 +44,7 @@ func (e *Engine) Upgrade(ctx context.Context, name, component, version string) e
 	if component != ComponentTalos && component != ComponentKubernetes {
 		return fmt.Errorf("tenant %s: component %q is not talos or kubernetes", name, component)
 	}
-	ts, err := e.get(name)
+	ts, err := e.lookup(name)
 	if err != nil {
 		return err
 	}
@@ -61,45 +58,25 @@ func (e *Engine) Upgrade(ctx context.Context, name, component, version string) e
 	if err := e.fileValid(name); err != nil {
 		return err
 	}
-	t := ts.shown()
+	t := ts.shownSpec()
 	if version == "" {
 		version = fileVersion(t, component)
 	}
 	if err := ts.checkUpgrade(component, version, t); err != nil {
 		return fmt.Errorf("tenant %s: %w; nothing was changed", name, err)
 	}
+	op := e.upgradeOp(ts, component)
 	if version == fileVersion(t, component) {
-		return e.enqueue(name, "upgrade", &opArgs{component: component})
+		return e.enqueue(name, op)
 	}
-	if err := e.writeVersion(name, component, version); err != nil {
-		return err
-	}
-	e.publishTenants()
-	return nil
+	// the watcher sees no change then: no plan, no apply, only the rollout
+	return e.editSpecThen(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetVersion(name, component, version) }, &op)
 }
 
-// writeVersion writes a version into the tenant file and queues its
-// rollout, with e.mu held from the room check to the enqueue so that a
-// refused command changes nothing (as editSpec).
-func (e *Engine) writeVersion(name, component, version string) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return ErrClosed
-	}
-	ts, ok := e.ts[name]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownTenant, name)
-	}
-	if len(ts.queue) >= cap(ts.queue) {
-		return fmt.Errorf("tenant %s: %w; the file was not changed", name, ErrBusy)
-	}
-	t, err := e.opts.Store.SetVersion(name, component, version)
-	if err != nil {
-		return err
-	}
-	ts.setSpec(t) // the watcher sees no change: no plan, no apply, only the rollout
-	return e.enqueueLocked(ts, "upgrade", &opArgs{component: component})
+func (e *Engine) upgradeOp(ts *tenantState, component string) operation {
+	return operation{name: opUpgrade, activity: tenant.ActivityUpgrading, do: func(ctx context.Context, r *run) (string, error) {
+		return ts.upgrade(ctx, r, component)
+	}}
 }
 
 func fileVersion(t *tenant.Tenant, component string) string {
@@ -109,29 +86,15 @@ func fileVersion(t *tenant.Tenant, component string) string {
 	return t.KubernetesVersion
 }
 
-// exists reports whether the cluster was created (etcd bootstrapped).
-func (ts *tstate) exists() bool {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.rec.Infra && ts.rec.Bootstrapped && len(ts.rec.Nodes) > 0
-}
-
-func (ts *tstate) phase() tenant.Phase {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.status.Phase
-}
-
 // current is the version of a component the cluster runs: the lowest the
 // nodes report, else the version its configs are made with.
-func (ts *tstate) current(component string) string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	ts.recountVersionsLocked()
+func (ts *tenantState) current(component string) string {
+	v := ts.view()
+	rec := ts.recs.get()
 	if component == ComponentTalos {
-		return firstOf(ts.status.TalosVersionRunning, ts.rec.TalosVersion)
+		return firstOf(v.Status.TalosVersionRunning, rec.TalosVersion)
 	}
-	return firstOf(ts.status.KubernetesVersionRunning, ts.rec.KubernetesVersion)
+	return firstOf(v.Status.KubernetesVersionRunning, rec.KubernetesVersion)
 }
 
 func firstOf(s ...string) string {
@@ -144,7 +107,7 @@ func firstOf(s ...string) string {
 }
 
 // checkUpgrade checks a rollout of component to version against what runs.
-func (ts *tstate) checkUpgrade(component, version string, t *tenant.Tenant) error {
+func (ts *tenantState) checkUpgrade(component, version string, t *tenant.Tenant) error {
 	if component == ComponentTalos {
 		return checkTalosUpgrade(ts.current(ComponentTalos), version, firstOf(ts.current(ComponentKubernetes), t.KubernetesVersion))
 	}
@@ -281,27 +244,10 @@ func sameVersion(a, b string) bool {
 	return a != "" && strings.TrimPrefix(a, "v") == strings.TrimPrefix(b, "v")
 }
 
-// recountVersionsLocked sets the running versions: the lowest the nodes
-// report, none when the cluster does not exist. ts.mu is held.
-func (ts *tstate) recountVersionsLocked() {
-	ts.status.TalosVersionRunning, ts.status.KubernetesVersionRunning = "", ""
-	if !ts.rec.Bootstrapped || len(ts.rec.Nodes) == 0 {
-		return
-	}
-	var tv, kv []string
-	for n := range ts.rec.Nodes {
-		s := ts.nodes[n]
-		tv = append(tv, s.TalosVersion)
-		kv = append(kv, s.KubernetesVersion)
-	}
-	ts.status.TalosVersionRunning = lowestVersion(tv)
-	ts.status.KubernetesVersionRunning = strings.TrimPrefix(lowestVersion(kv), "v")
-}
-
-// pinVersions is the tenant with the versions the cluster's configs are
+// clusterVersions is the tenant with the versions the cluster's configs are
 // made with, once the cluster exists: an apply of a file with a new
 // version changes nothing that runs (the rollout does).
-func pinVersions(t *tenant.Tenant, rec record) *tenant.Tenant {
+func clusterVersions(t *tenant.Tenant, rec record) *tenant.Tenant {
 	if !rec.Bootstrapped || (rec.TalosVersion == "" && rec.KubernetesVersion == "") {
 		return t
 	}
@@ -325,7 +271,7 @@ func recordVersions(r *record, t *tenant.Tenant) {
 // auto_apply calls for: each component whose file version is not the one
 // the cluster's configs are made with. Talos goes first unless the new
 // Talos does not support the running Kubernetes.
-func (ts *tstate) queueAutoUpgrades() {
+func (ts *tenantState) queueAutoUpgrades() {
 	t, rec := ts.snapshot()
 	if t == nil || !t.AutoApply || !rec.Bootstrapped {
 		return
@@ -341,7 +287,7 @@ func (ts *tstate) queueAutoUpgrades() {
 		comps[0], comps[1] = comps[1], comps[0]
 	}
 	for _, c := range comps {
-		if err := ts.e.enqueue(ts.name, "upgrade", &opArgs{component: c}); err != nil {
+		if err := ts.e.enqueue(ts.name, ts.e.upgradeOp(ts, c)); err != nil {
 			ts.e.log.Warn("queueing the rollout of a changed version", zap.String("tenant", ts.name), zap.String("component", c), zap.Error(err))
 		}
 	}
@@ -367,7 +313,8 @@ func rolloutOrder(t *tenant.Tenant, rec record) []string {
 
 // rollout is one upgrade as it runs.
 type rollout struct {
-	ts        *tstate
+	ts        *tenantState
+	r         *run
 	t         *tenant.Tenant
 	rec       record
 	tc        []byte
@@ -376,14 +323,10 @@ type rollout struct {
 	order     []string
 	cps       int
 	state     map[string]talos.NodeState
-	// nodeCtx bounds one node's work: it ends with the engine, not with
-	// Cancel, so that Cancel stops after the node in progress.
-	base context.Context
 }
 
 // upgrade runs a rollout of component to the file's version.
-func (ts *tstate) upgrade(ctx context.Context, component string) (string, error) {
-	e := ts.e
+func (ts *tenantState) upgrade(ctx context.Context, r *run, component string) (string, error) {
 	t, rec := ts.snapshot()
 	if t == nil {
 		return "", fmt.Errorf("tenant %s has no file", ts.name)
@@ -391,62 +334,54 @@ func (ts *tstate) upgrade(ctx context.Context, component string) (string, error)
 	if !rec.Infra || !rec.Bootstrapped || len(rec.Nodes) == 0 {
 		return "", fmt.Errorf("tenant %s: the cluster is not running: press Apply to create it first", ts.name)
 	}
-	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	tc, err := ts.talosconfig()
 	if err != nil {
-		return "", fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
-	}
-	e.mu.Lock()
-	base := e.ctx
-	e.mu.Unlock()
-	if base == nil {
-		base = context.Background()
-	}
-	r := &rollout{ts: ts, t: t, rec: rec, tc: tc, component: component, target: fileVersion(t, component),
-		order: rolloutOrder(t, rec), state: map[string]talos.NodeState{}, base: base}
-	for _, n := range r.order {
-		if rec.Nodes[n].Role == tenant.RoleControlPlane {
-			r.cps++
-		}
-	}
-	// every node must run and be ready before anything changes
-	if err := r.gate(ctx); err != nil {
 		return "", err
 	}
-	if err := ts.checkUpgrade(component, r.target, t); err != nil {
+	ro := &rollout{ts: ts, r: r, t: t, rec: rec, tc: tc, component: component, target: fileVersion(t, component),
+		order: rolloutOrder(t, rec), state: map[string]talos.NodeState{}}
+	for _, n := range ro.order {
+		if rec.Nodes[n].Role == tenant.RoleControlPlane {
+			ro.cps++
+		}
+	}
+	r.setStep("check")
+	// every node must run and be ready before anything changes
+	if err := ro.gate(ctx); err != nil {
+		return "", err
+	}
+	if err := ts.checkUpgrade(component, ro.target, t); err != nil {
 		return "", fmt.Errorf("%w; nothing was changed", err)
 	}
-	defer ts.setStatus(func(s *tenant.Status) { s.Rollout = nil })
 	if component == ComponentTalos {
-		return r.talos(ctx)
+		return ro.talos(ctx)
 	}
-	return r.kubernetes(ctx)
+	return ro.kubernetes(ctx)
 }
 
-// gate waits (up to 30 s) until every node runs and is ready, and
-// keeps what each reports.
-func (r *rollout) gate(ctx context.Context) error {
-	gctx, cancel := context.WithTimeout(ctx, min(30*time.Second, r.ts.e.opts.NodeTimeout))
+// gate waits (up to 30 s) until every node runs and is ready, and keeps
+// what each reports.
+func (ro *rollout) gate(ctx context.Context) error {
+	gctx, cancel := context.WithTimeout(ctx, min(30*time.Second, ro.ts.e.opts.NodeTimeout))
 	defer cancel()
-	for {
-		var waiting []string
-		for _, n := range r.order {
-			st, err := r.status(gctx, n)
+	var waiting []string
+	err := backoff.Until(gctx, waitPolicy, nil, func(ctx context.Context) (bool, error) {
+		waiting = waiting[:0]
+		for _, n := range ro.order {
+			st, err := ro.status(ctx, n)
 			if err != nil || st.Stage != tenant.StageRunning || !st.Ready {
 				waiting = append(waiting, fmt.Sprintf("%s (%s)", n, describe(st, err)))
 			}
 		}
-		if len(waiting) == 0 {
-			return nil
-		}
-		select {
-		case <-gctx.Done():
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return fmt.Errorf("not every node runs and is ready, so nothing was upgraded: %s", strings.Join(waiting, ", "))
-		case <-time.After(upgradeStep):
-		}
+		return len(waiting) == 0, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
 	}
+	return fmt.Errorf("not every node runs and is ready, so nothing was upgraded: %s", strings.Join(waiting, ", "))
 }
 
 func describe(st talos.NodeState, err error) string {
@@ -464,157 +399,182 @@ func describe(st talos.NodeState, err error) string {
 	return string(st.Stage)
 }
 
-// status reads a node's state, shows it, and keeps it.
-func (r *rollout) status(ctx context.Context, node string) (talos.NodeState, error) {
-	tg, ok := r.ts.target(node)
+// status reads a node's state (reported to the poller) and keeps it.
+func (ro *rollout) status(ctx context.Context, node string) (talos.NodeState, error) {
+	tg, ok := ro.ts.target(node)
 	if !ok {
 		return talos.NodeState{}, fmt.Errorf("node %s has no address", node)
 	}
-	st, err := r.ts.e.opts.Nodes.Status(ctx, tg, r.tc)
+	st, err := ro.ts.read(ctx, node, tg, ro.tc)
 	if err != nil {
 		return st, err
 	}
-	r.state[node] = st
-	r.ts.observe(node, st, tenant.StageUpgrading)
+	ro.state[node] = st
 	return st, nil
 }
 
-// begin marks the rollout started: the record's version becomes the target
-// (new nodes and applies use it from now on), phase upgrading.
-func (r *rollout) begin(total int) error {
-	if err := r.ts.saveRec(func(rec *record) {
-		if r.component == ComponentTalos {
-			rec.TalosVersion = r.target
-		} else {
-			rec.KubernetesVersion = r.target
-		}
+// begin marks the rollout started, in the record too (what Install
+// resumes after a cancel or a restart).
+func (ro *rollout) begin(total int) error {
+	if err := ro.ts.recs.save(func(rec *record) {
+		rec.Rollout = &rolloutRecord{Component: ro.component, Version: ro.target, Total: total}
 	}); err != nil {
 		return err
 	}
-	r.ts.setStatus(func(s *tenant.Status) {
-		s.Phase = next(s.Phase, evUpgradeStarted, facts{})
-		s.Progress = 0
-		s.Rollout = &tenant.Rollout{Component: r.component, Version: r.target, Total: total}
-	})
+	ro.r.setRollout(&tenant.Rollout{Component: ro.component, Version: ro.target, Total: total})
+	ro.r.setProgress(0)
 	return nil
 }
 
-func (r *rollout) progress(done int, node string) {
-	r.ts.setStatus(func(s *tenant.Status) {
-		if s.Rollout == nil {
-			return
+// progress shows the node in progress and how many are done.
+func (ro *rollout) progress(done, total int, node string) {
+	ro.r.setRollout(&tenant.Rollout{Component: ro.component, Version: ro.target, Done: done, Total: total, Node: node})
+	if total > 0 {
+		ro.r.setProgress(done * 100 / total)
+	}
+	if node != "" {
+		ro.r.setStep("node " + node)
+	}
+}
+
+// nodeDone records a node's step: its config is now made at the target
+// (field picks which version), and one more node is done.
+func (ro *rollout) nodeDone(node string, field func(nr *nodeRecord)) error {
+	return ro.ts.recs.save(func(rec *record) {
+		if nr, ok := rec.Nodes[node]; ok {
+			field(&nr)
+			rec.Nodes[node] = nr
 		}
-		s.Rollout.Done, s.Rollout.Node = done, node
-		if s.Rollout.Total > 0 {
-			s.Progress = done * 100 / s.Rollout.Total
+		if rec.Rollout != nil {
+			rec.Rollout.Done++
 		}
 	})
 }
 
-// finish ends a rollout that reached every node.
-func (r *rollout) finish() {
-	r.ts.setStatus(func(s *tenant.Status) {
-		s.Phase, s.Progress, s.Rollout = next(s.Phase, evUpgradeDone, facts{}), 100, nil
-	})
+// finish ends a rollout that reached every node: the cluster's version is
+// the target.
+func (ro *rollout) finish() error {
+	if err := ro.ts.recs.save(func(rec *record) {
+		if ro.component == ComponentTalos {
+			rec.TalosVersion = ro.target
+		} else {
+			rec.KubernetesVersion = ro.target
+		}
+		rec.Rollout = nil
+	}); err != nil {
+		return err
+	}
+	ro.r.setRollout(nil)
+	ro.r.setProgress(100)
+	return nil
 }
 
 // stopped reports a Cancel between nodes.
-func (r *rollout) stopped(ctx context.Context, done, total int) error {
+func (ro *rollout) stopped(ctx context.Context, done, total int) error {
 	if ctx.Err() == nil {
 		return nil
 	}
 	return fmt.Errorf("stopped after %d of %d nodes: %w", done, total, context.Cause(ctx))
 }
 
-// nodeCtx bounds one node's step by the node timeout and the engine's life.
-func (r *rollout) nodeCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.base, r.ts.e.opts.NodeTimeout)
+// nodeCtx bounds one node's step by the node timeout; a Cancel ends it at
+// once (a node that never comes back must not hold the tenant).
+func (ro *rollout) nodeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, ro.ts.e.opts.NodeTimeout)
 }
 
 // talos upgrades the nodes not on the target Talos one at a time, after an
 // etcd snapshot.
-func (r *rollout) talos(ctx context.Context) (string, error) {
+func (ro *rollout) talos(ctx context.Context) (string, error) {
 	var todo []string
-	for _, n := range r.order {
-		if !sameVersion(r.state[n].TalosVersion, r.target) {
+	for _, n := range ro.order {
+		if !sameVersion(ro.state[n].TalosVersion, ro.target) {
 			todo = append(todo, n)
 		}
 	}
-	if len(todo) == 0 {
-		if err := r.begin(0); err != nil {
-			return "", err
-		}
-		r.finish()
-		return fmt.Sprintf("every node runs Talos %s already", r.target), nil
-	}
-	if err := r.begin(len(todo)); err != nil {
+	if err := ro.begin(len(todo)); err != nil {
 		return "", err
 	}
-	info, err := r.ts.snapshotEtcd(ctx, r.tc)
+	if len(todo) == 0 {
+		if err := ro.finish(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("every node runs Talos %s already", ro.target), nil
+	}
+	ro.r.setStep("etcd snapshot")
+	info, err := ro.ts.snapshotEtcd(ctx, ro.tc)
 	if err != nil {
 		return "", fmt.Errorf("the etcd snapshot before the upgrade failed, so no node was upgraded: %w", err)
 	}
-	image := talos.InstallerImage(r.target, r.t.Schematic)
+	image := talos.InstallerImage(ro.target, ro.t.Schematic)
 	for i, n := range todo {
-		if err := r.stopped(ctx, i, len(todo)); err != nil {
+		if err := ro.stopped(ctx, i, len(todo)); err != nil {
 			return "", err
 		}
-		r.progress(i, n)
-		nctx, cancel := r.nodeCtx()
-		err := r.talosNode(nctx, n, image)
+		ro.progress(i, len(todo), n)
+		nctx, cancel := ro.nodeCtx(ctx)
+		err := ro.talosNode(nctx, n, image)
 		cancel()
 		if err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("stopped while node %s upgraded (%d of %d nodes done): %w", n, i, len(todo), context.Cause(ctx))
+			}
 			return "", fmt.Errorf("node %s: %w (the nodes after it were not upgraded; press Install to resume)", n, err)
 		}
+		if err := ro.nodeDone(n, func(nr *nodeRecord) { nr.TalosVersion = ro.target }); err != nil {
+			return "", err
+		}
 	}
-	r.progress(len(todo), "")
-	r.finish()
-	return fmt.Sprintf("%d nodes upgraded to Talos %s one at a time; etcd snapshot %s", len(todo), r.target, info.File), nil
+	ro.progress(len(todo), len(todo), "")
+	if err := ro.finish(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d nodes upgraded to Talos %s one at a time; etcd snapshot %s", len(todo), ro.target, info.File), nil
 }
 
 // talosNode installs the image on one node, which reboots into it, and
 // waits until it is done: target version, running, ready, and for a
 // control plane etcd with all its members.
-func (r *rollout) talosNode(ctx context.Context, node, image string) error {
-	ts := r.ts
+func (ro *rollout) talosNode(ctx context.Context, node, image string) error {
+	ts := ro.ts
 	tg, ok := ts.target(node)
 	if !ok {
 		return errors.New("it has no address")
 	}
-	old := r.state[node].TalosVersion
-	ts.intend(node, tenant.StageUpgrading, false)
+	old := ro.state[node].TalosVersion
+	ro.r.intend(node, tenant.StageUpgrading, false)
+	defer ro.r.release(node)
 	ts.e.log.Info("upgrading node", zap.String("tenant", ts.name), zap.String("node", node), zap.String("image", image))
-	if err := r.ts.e.opts.Nodes.Upgrade(ctx, tg, r.tc, image); err != nil {
-		r.status(ctx, node) //nolint:errcheck // shows its real stage again
+	ts.e.oplog.line(ts.name, ro.r.name, "talos", "info", "node "+node+": installing "+image)
+	if err := ts.e.opts.Nodes.Upgrade(ctx, tg, ro.tc, image); err != nil {
 		return fmt.Errorf("installing %s: %w", image, err)
 	}
-	ts.e.poller.Trigger(pollKey(ts.name, node))
 	wentDown := false
-	return r.waitDone(ctx, node, func(st talos.NodeState, err error) (bool, error) {
+	return ro.waitDone(ctx, node, func(st talos.NodeState, err error) (bool, error) {
 		if err != nil || st.Stage != tenant.StageRunning {
 			wentDown = true
 			return false, nil
 		}
-		if sameVersion(st.TalosVersion, r.target) {
+		if sameVersion(st.TalosVersion, ro.target) {
 			return true, nil
 		}
 		if wentDown && st.Ready && sameVersion(st.TalosVersion, old) {
-			return false, fmt.Errorf("it came back on Talos %s, not %s (the upgrade did not take; it is not retried)", old, r.target)
+			return false, fmt.Errorf("it came back on Talos %s, not %s (the upgrade did not take; it is not retried)", old, ro.target)
 		}
 		return false, nil
-	}, fmt.Sprintf("Talos %s", r.target))
+	}, fmt.Sprintf("Talos %s", ro.target))
 }
 
 // waitDone waits until check says the node is on target and it runs, is
 // ready and (control planes) sees every etcd member.
-func (r *rollout) waitDone(ctx context.Context, node string, check func(talos.NodeState, error) (bool, error), what string) error {
-	cp := r.rec.Nodes[node].Role == tenant.RoleControlPlane
+func (ro *rollout) waitDone(ctx context.Context, node string, check func(talos.NodeState, error) (bool, error), what string) error {
+	cp := ro.rec.Nodes[node].Role == tenant.RoleControlPlane
 	last := "no answer"
-	for {
-		st, err := r.status(ctx, node)
+	err := backoff.Until(ctx, waitPolicy, nil, func(ctx context.Context) (bool, error) {
+		st, err := ro.status(ctx, node)
 		on, ferr := check(st, err)
 		if ferr != nil {
-			return ferr
+			return false, ferr
 		}
 		switch {
 		case err != nil:
@@ -624,31 +584,31 @@ func (r *rollout) waitDone(ctx context.Context, node string, check func(talos.No
 		case st.Stage != tenant.StageRunning || !st.Ready:
 			last = describe(st, nil)
 		case cp:
-			members, merr := r.etcdMembers(ctx, node)
-			if merr == nil && members >= r.cps {
-				return nil
+			members, merr := ro.etcdMembers(ctx, node)
+			if merr == nil && members >= ro.cps {
+				return true, nil
 			}
-			last = fmt.Sprintf("etcd has %d of %d members", members, r.cps)
+			last = fmt.Sprintf("etcd has %d of %d members", members, ro.cps)
 			if merr != nil {
 				last = "etcd members: " + merr.Error()
 			}
 		default:
-			return nil
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not on %s, running and ready in time (last: %s): %w", what, last, context.Cause(ctx))
-		case <-time.After(upgradeStep):
-		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("not on %s, running and ready in time (last: %s): %w", what, last, context.Cause(ctx))
 	}
+	return err
 }
 
-func (r *rollout) etcdMembers(ctx context.Context, node string) (int, error) {
-	tg, ok := r.ts.target(node)
+func (ro *rollout) etcdMembers(ctx context.Context, node string) (int, error) {
+	tg, ok := ro.ts.target(node)
 	if !ok {
 		return 0, errors.New("no address")
 	}
-	m, err := r.ts.e.opts.Nodes.EtcdMembers(ctx, tg, r.tc)
+	m, err := ro.ts.e.opts.Nodes.EtcdMembers(ctx, tg, ro.tc)
 	return len(m), err
 }
 
@@ -656,99 +616,104 @@ func (r *rollout) etcdMembers(ctx context.Context, node string) (int, error) {
 // control-plane components node by node (the node's new config with its
 // kubelet left as it is), then the kubelet on every node, each by
 // ApplyConfiguration without a reboot.
-func (r *rollout) kubernetes(ctx context.Context) (string, error) {
+func (ro *rollout) kubernetes(ctx context.Context) (string, error) {
 	var cpTodo, kubeletTodo []string
-	cpVersions := map[string]map[string]string{}
-	for _, n := range r.order {
-		if r.rec.Nodes[n].Role == tenant.RoleControlPlane {
-			v, err := r.controlPlaneVersions(ctx, n)
+	for _, n := range ro.order {
+		if ro.rec.Nodes[n].Role == tenant.RoleControlPlane {
+			v, err := ro.controlPlaneVersions(ctx, n)
 			if err != nil {
 				return "", fmt.Errorf("node %s: reading its control-plane versions: %w", n, err)
 			}
-			cpVersions[n] = v
-			if !allOn(v, r.target) {
+			if !allOn(v, ro.target) {
 				cpTodo = append(cpTodo, n)
 			}
 		}
-		if !sameVersion(r.state[n].KubeletVersion, r.target) {
+		if !sameVersion(ro.state[n].KubeletVersion, ro.target) {
 			kubeletTodo = append(kubeletTodo, n)
 		}
 	}
 	total := len(cpTodo) + len(kubeletTodo)
-	if err := r.begin(total); err != nil {
+	if err := ro.begin(total); err != nil {
 		return "", err
 	}
 	if total == 0 {
-		r.finish()
-		return fmt.Sprintf("every node runs Kubernetes %s already", r.target), nil
+		if err := ro.finish(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("every node runs Kubernetes %s already", ro.target), nil
 	}
-	bundle, err := talos.LoadSecrets(talos.SecretsPath(r.ts.e.tenantDir(r.ts.name)))
+	bundle, err := talos.LoadSecrets(talos.SecretsPath(ro.ts.e.tenantDir(ro.ts.name)))
 	if err != nil {
 		return "", err
 	}
-	t := *r.t
-	t.TalosVersion = firstOf(r.rec.TalosVersion, t.TalosVersion)
-	t.KubernetesVersion = r.target
 	done := 0
 	for _, n := range cpTodo {
-		if err := r.stopped(ctx, done, total); err != nil {
+		if err := ro.stopped(ctx, done, total); err != nil {
 			return "", err
 		}
-		r.progress(done, n)
-		kubelet := firstOf(r.state[n].KubeletVersion, r.rec.KubernetesVersion)
-		if sameVersion(kubelet, r.target) {
-			kubelet = "" // the kubelet is there already: the node's full config
+		ro.progress(done, total, n)
+		v := ro.rec.versionsOf(n)
+		v.Kubernetes = ro.target
+		if v.Kubelet == "" || sameVersion(ro.state[n].KubeletVersion, ro.target) {
+			v.Kubelet = firstOf(ro.state[n].KubeletVersion, v.Kubelet)
 		}
-		nctx, cancel := r.nodeCtx()
-		err := r.kubeNode(nctx, &t, bundle, n, kubelet, func(ctx context.Context) (bool, error) {
-			v, err := r.controlPlaneVersions(ctx, n)
-			return err == nil && allOn(v, r.target), nil
+		nctx, cancel := ro.nodeCtx(ctx)
+		err := ro.kubeNode(nctx, bundle, n, v, func(ctx context.Context) (bool, error) {
+			cv, err := ro.controlPlaneVersions(ctx, n)
+			return err == nil && allOn(cv, ro.target), nil
 		})
 		cancel()
 		if err != nil {
-			return "", fmt.Errorf("node %s: control-plane components to %s: %w (press Install to resume)", n, r.target, err)
+			return "", fmt.Errorf("node %s: control-plane components to %s: %w (press Install to resume)", n, ro.target, err)
 		}
+		if err := ro.nodeDone(n, func(nr *nodeRecord) { nr.KubernetesVersion, nr.KubeletVersion = ro.target, v.Kubelet }); err != nil {
+			return "", err
+		}
+		ro.rec = ro.ts.recs.get()
 		done++
 	}
 	for _, n := range kubeletTodo {
-		if err := r.stopped(ctx, done, total); err != nil {
+		if err := ro.stopped(ctx, done, total); err != nil {
 			return "", err
 		}
-		r.progress(done, n)
-		nctx, cancel := r.nodeCtx()
-		err := r.kubeNode(nctx, &t, bundle, n, "", func(context.Context) (bool, error) {
-			return sameVersion(r.state[n].KubeletVersion, r.target), nil
+		ro.progress(done, total, n)
+		v := ro.rec.versionsOf(n)
+		if ro.rec.Nodes[n].Role == tenant.RoleControlPlane {
+			v.Kubernetes = ro.target
+		}
+		v.Kubelet = ro.target
+		nctx, cancel := ro.nodeCtx(ctx)
+		err := ro.kubeNode(nctx, bundle, n, v, func(context.Context) (bool, error) {
+			return sameVersion(ro.state[n].KubeletVersion, ro.target), nil
 		})
 		cancel()
 		if err != nil {
-			return "", fmt.Errorf("node %s: kubelet to %s: %w (press Install to resume)", n, r.target, err)
+			return "", fmt.Errorf("node %s: kubelet to %s: %w (press Install to resume)", n, ro.target, err)
 		}
+		if err := ro.nodeDone(n, func(nr *nodeRecord) { nr.KubernetesVersion, nr.KubeletVersion = v.Kubernetes, ro.target }); err != nil {
+			return "", err
+		}
+		ro.rec = ro.ts.recs.get()
 		done++
 	}
-	r.progress(done, "")
-	r.finish()
-	return fmt.Sprintf("Kubernetes %s on every node (%d control-plane and %d kubelet steps, one node at a time)", r.target,
+	ro.progress(done, total, "")
+	if err := ro.finish(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("Kubernetes %s on every node (%d control-plane and %d kubelet steps, one node at a time)", ro.target,
 		len(cpTodo), len(kubeletTodo)), nil
 }
 
-// kubeNode applies one node's config for the new Kubernetes (with the
-// kubelet kept at keepKubelet unless it is "") without a reboot and waits
-// until on says the node is there.
-func (r *rollout) kubeNode(ctx context.Context, t *tenant.Tenant, bundle *secrets.Bundle, node, keepKubelet string,
+// kubeNode applies one node's config at versions v without a reboot and
+// waits until on says the node is there.
+func (ro *rollout) kubeNode(ctx context.Context, bundle *secrets.Bundle, node string, v talos.Versions,
 	on func(context.Context) (bool, error)) error {
-	ts := r.ts
-	tn, ok := t.Node(node)
+	ts := ro.ts
+	tn, ok := ro.t.Node(node)
 	if !ok {
 		return errors.New("the tenant file no longer declares it")
 	}
-	nt := t
-	if keepKubelet != "" {
-		c := *t
-		c.ConfigPatches = append(slices.Clone(t.ConfigPatches),
-			fmt.Sprintf("machine:\n  kubelet:\n    image: %s:v%s\n", constants.KubeletImage, strings.TrimPrefix(keepKubelet, "v")))
-		nt = &c
-	}
-	cfg, err := talos.NodeConfig(nt, bundle, r.rec.Endpoint, tn)
+	cfg, err := talos.NodeConfigAt(clusterVersions(ro.t, ro.rec), bundle, ro.rec.Endpoint, tn, v)
 	if err != nil {
 		return fmt.Errorf("its new machine config: %w", err)
 	}
@@ -756,28 +721,29 @@ func (r *rollout) kubeNode(ctx context.Context, t *tenant.Tenant, bundle *secret
 	if !ok {
 		return errors.New("it has no address")
 	}
-	ts.intend(node, tenant.StageUpgrading, true)
-	if err := r.ts.e.opts.Nodes.ApplyConfig(ctx, tg, r.tc, cfg); err != nil {
-		r.status(ctx, node) //nolint:errcheck // shows its real stage again
+	ro.r.intend(node, tenant.StageUpgrading, true)
+	defer ro.r.release(node)
+	ts.e.oplog.line(ts.name, ro.r.name, "talos", "info", fmt.Sprintf("node %s: applying its config for Kubernetes %s (kubelet %s)", node, v.Kubernetes, v.Kubelet))
+	if err := ts.e.opts.Nodes.ApplyConfig(ctx, tg, ro.tc, cfg); err != nil {
 		return err
 	}
-	if err := ts.configApplied(node, configHash(cfg)); err != nil {
+	if err := ts.recs.save(func(rec *record) { setConfigHash(rec, node, configHash(cfg)) }); err != nil {
 		return err
 	}
-	return r.waitDone(ctx, node, func(_ talos.NodeState, err error) (bool, error) {
+	return ro.waitDone(ctx, node, func(_ talos.NodeState, err error) (bool, error) {
 		if err != nil {
 			return false, nil
 		}
 		return on(ctx)
-	}, "Kubernetes "+r.target)
+	}, "Kubernetes "+ro.target)
 }
 
-func (r *rollout) controlPlaneVersions(ctx context.Context, node string) (map[string]string, error) {
-	tg, ok := r.ts.target(node)
+func (ro *rollout) controlPlaneVersions(ctx context.Context, node string) (map[string]string, error) {
+	tg, ok := ro.ts.target(node)
 	if !ok {
 		return nil, errors.New("no address")
 	}
-	return r.ts.e.opts.Nodes.ControlPlaneVersions(ctx, tg, r.tc)
+	return ro.ts.e.opts.Nodes.ControlPlaneVersions(ctx, tg, ro.tc)
 }
 
 // allOn reports whether every control-plane component runs version.

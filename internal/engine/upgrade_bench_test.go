@@ -92,7 +92,7 @@ func BenchmarkTalosRollout(b *testing.B) {
 		b.Fatalf("%d nodes down at once", maxDown)
 	}
 
-	ts, _ := f.eng.get("lab")
+	ts, _ := f.eng.lookup("lab")
 	tc, _ := os.ReadFile(f.eng.talosconfigPath("lab"))
 	start := time.Now()
 	info, err := ts.snapshotEtcd(context.Background(), tc)

@@ -72,7 +72,7 @@ func TestLowestVersion(t *testing.T) {
 	}
 }
 
-func TestPinVersions(t *testing.T) {
+func TestClusterVersions(t *testing.T) {
 	file := &tenant.Tenant{Name: "lab", TalosVersion: "v1.13.1", KubernetesVersion: "1.35.2"}
 	for _, c := range []struct {
 		name       string
@@ -84,13 +84,13 @@ func TestPinVersions(t *testing.T) {
 		{"running cluster keeps its versions", record{Bootstrapped: true, TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0"}, "v1.13.0", "1.35.0"},
 		{"old record without versions", record{Bootstrapped: true}, "v1.13.1", "1.35.2"},
 	} {
-		got := pinVersions(file, c.rec)
+		got := clusterVersions(file, c.rec)
 		if got.TalosVersion != c.talos || got.KubernetesVersion != c.k8s {
 			t.Errorf("%s: %s %s, want %s %s", c.name, got.TalosVersion, got.KubernetesVersion, c.talos, c.k8s)
 		}
 	}
 	if file.TalosVersion != "v1.13.1" {
-		t.Fatal("pinVersions changed the file's tenant")
+		t.Fatal("clusterVersions changed the file's tenant")
 	}
 }
 
@@ -141,6 +141,7 @@ func TestBackupFiles(t *testing.T) {
 type nodeLog struct {
 	mu     sync.Mutex
 	events []nodeEvent
+	last   map[string]tenant.NodeStatus
 	hook   func(node string, st tenant.NodeStatus)
 }
 
@@ -156,15 +157,44 @@ type logged struct {
 	log *nodeLog
 }
 
-func (l logged) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
-	l.log.mu.Lock()
-	l.log.events = append(l.log.events, nodeEvent{node, st, time.Now()})
-	hook := l.log.hook
-	l.log.mu.Unlock()
-	if hook != nil {
-		hook(node, st)
+func (l logged) SetTenant(v tenant.View) {
+	l.log.observe(v)
+	l.recorder.SetTenant(v)
+}
+
+func (l logged) SetTenants(vs []tenant.View) {
+	for _, v := range vs {
+		l.log.observe(v)
 	}
-	l.recorder.SetNodeStatus(tn, node, st)
+	l.recorder.SetTenants(vs)
+}
+
+// observe logs every node whose state changed.
+func (l *nodeLog) observe(v tenant.View) {
+	type change struct {
+		node string
+		st   tenant.NodeStatus
+	}
+	var changes []change
+	l.mu.Lock()
+	if l.last == nil {
+		l.last = map[string]tenant.NodeStatus{}
+	}
+	for node, st := range v.Nodes {
+		if old, ok := l.last[node]; ok && old == st {
+			continue
+		}
+		l.last[node] = st
+		l.events = append(l.events, nodeEvent{node, st, time.Now()})
+		changes = append(changes, change{node, st})
+	}
+	hook := l.hook
+	l.mu.Unlock()
+	if hook != nil {
+		for _, c := range changes {
+			hook(c.node, c.st)
+		}
+	}
 }
 
 // spans gives, per node, when it was first upgrading and when it was

@@ -103,11 +103,13 @@ func TestSummaryInStateDocument(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &Bridge{topics: topics{base: "rezuscloud", prefix: "homeassistant"}, tstatus: map[string]tenant.Status{},
-				autoApply: map[string]bool{}, armed: map[string]*time.Timer{}}
+			b := &Bridge{topics: topics{base: "rezuscloud", prefix: "homeassistant"}, views: map[string]tenant.View{},
+				armed: map[string]*time.Timer{}}
+			v := viewOf(labTenant())
 			if tc.st != nil {
-				b.tstatus["lab"] = *tc.st
+				v.Status = statusOf(v.Spec, *tc.st)
 			}
+			b.views["lab"] = v
 			var d struct {
 				Summary *string `json:"summary"`
 			}

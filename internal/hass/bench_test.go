@@ -65,7 +65,7 @@ func BenchmarkBuildFleet(b *testing.B) {
 	ts := fleet()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		br.SetTenants(ts)
+		br.SetTenants(views(ts...))
 	}
 }
 
@@ -77,7 +77,7 @@ func BenchmarkStateChange(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		br.SetTenantStatus("t07", tenant.Status{Phase: tenant.PhaseProvisioning, Progress: i % 101, NodesTotal: i})
+		setStatus(br, "t07", tenant.Status{Phase: tenant.PhaseProvisioning, Progress: i % 101, NodesTotal: i})
 		if err := br.Sync(ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func BenchmarkRequestLatency(b *testing.B) {
 				defer cancel()
 				go func() {
 					for i := 0; ctx.Err() == nil; i++ {
-						br.SetTenantStatus("t07", tenant.Status{Phase: tenant.PhaseProvisioning, Progress: i % 101})
+						setStatus(br, "t07", tenant.Status{Phase: tenant.PhaseProvisioning, Progress: i % 101})
 						_ = br.Sync(ctx)
 					}
 				}()
@@ -157,7 +157,7 @@ func BenchmarkStartAnnounce(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		br := New(opts, newFakeCmd(), nil)
-		br.SetTenants(fleet())
+		br.SetTenants(views(fleet()...))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := br.Start(ctx); err != nil {
 			b.Fatal(err)
@@ -175,7 +175,7 @@ func BenchmarkStartAnnounce(b *testing.B) {
 // BenchmarkHandleRequest: decode + validate + dispatch, no MQTT.
 func BenchmarkHandleRequest(b *testing.B) {
 	br := New(Options{URL: "tcp://127.0.0.1:1"}, newFakeCmd(), nil)
-	br.SetTenants(fleet())
+	br.SetTenants(views(fleet()...))
 	payload := []byte(`{"tenant":"t03","group":"workers","count":5,"transaction":"abc"}`)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -197,7 +197,7 @@ func TestHeapAfterAnnounce(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	br := startBridge(t, benchOptions(m.URL), newFakeCmd(), fleet())
 	for i := 0; i < 20; i++ {
-		br.SetTenantStatus(fmt.Sprintf("t%02d", i), tenant.Status{Phase: tenant.PhaseRunning, NodesReady: 10, NodesTotal: 10})
+		setStatus(br, fmt.Sprintf("t%02d", i), tenant.Status{Phase: tenant.PhaseRunning, NodesReady: 10, NodesTotal: 10})
 	}
 	if err := br.Sync(context.Background()); err != nil {
 		t.Fatal(err)

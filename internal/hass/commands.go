@@ -46,17 +46,6 @@ func (b *Bridge) reflectLogLevel(req Request) {
 	b.trigger()
 }
 
-// reflectAutoApply shows an accepted auto_apply at once.
-func (b *Bridge) reflectAutoApply(req Request) {
-	b.mu.Lock()
-	if b.tenants[req.Tenant] != nil {
-		b.autoApply[req.Tenant] = *req.Enabled
-		b.refreshStateLocked(kindTenant, ref{tenant: req.Tenant})
-	}
-	b.mu.Unlock()
-	b.trigger()
-}
-
 // HandleRaw decodes a request payload for action and handles it.
 func (b *Bridge) HandleRaw(ctx context.Context, action string, payload []byte) Response {
 	req, err := decodeRequest(action, payload)
@@ -267,7 +256,7 @@ func setDestroyArmed(b *Bridge, _ context.Context, r ref, p string) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tenants[r.tenant] == nil {
+	if _, ok := b.views[r.tenant]; !ok {
 		return fmt.Errorf("unknown tenant %q", r.tenant)
 	}
 	if t := b.armed[r.tenant]; t != nil {

@@ -28,7 +28,7 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		dev["name"] = t.Title()
 		dev["model"] = "Talos cluster"
 		dev["model_id"] = string(t.Provider)
-		if v := b.tstatus[r.tenant].TalosVersionRunning; v != "" {
+		if v := b.views[r.tenant].Status.TalosVersionRunning; v != "" {
 			dev["sw_version"] = v // what the nodes run (none before the cluster exists)
 		}
 		dev["via_device"] = b.topics.deviceID(kindBridge, ref{})

@@ -3,8 +3,6 @@ package hass
 import (
 	"context"
 	"testing"
-
-	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
 // TestHandleEvent checks that a request carried as Home Assistant event
@@ -12,7 +10,7 @@ import (
 func TestHandleEvent(t *testing.T) {
 	cmd := newFakeCmd()
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
-	b.SetTenants([]*tenant.Tenant{labTenant()})
+	b.SetTenants(views(labTenant()))
 	ctx := context.Background()
 	r := b.HandleEvent(ctx, []byte(`{"action":"scale","tenant":"lab","group":"workers","count":1,"transaction":"t1"}`))
 	if !r.OK() || string(r.Transaction) != `"t1"` {

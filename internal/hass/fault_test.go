@@ -27,7 +27,7 @@ func TestTwoInstancesOnOneBaseTopic(t *testing.T) {
 		core, l := zapobs.New(zapcore.ErrorLevel)
 		logs[i] = l
 		b := New(fastOptions(m.URL), newFakeCmd(), zap.New(core))
-		b.SetTenants([]*tenant.Tenant{labTenant()})
+		b.SetTenants(views(labTenant()))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := b.Start(ctx); err != nil {
 			cancel()
@@ -130,7 +130,7 @@ func TestRetainedCommandRunsAtMostOnce(t *testing.T) {
 	core, logs := zapobs.New(zapcore.WarnLevel)
 	cmd2 := newFakeCmd()
 	b2 := New(opts, cmd2, zap.New(core))
-	b2.SetTenants([]*tenant.Tenant{labTenant()})
+	b2.SetTenants(views(labTenant()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b2.Start(ctx); err != nil {

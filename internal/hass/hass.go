@@ -146,22 +146,22 @@ type Bridge struct {
 	wg        sync.WaitGroup
 	sem       chan struct{}
 
-	mu           sync.Mutex
-	started      bool
-	ready        bool // start-up clean-up done; sync may run
-	connected    bool
-	closed       bool
-	force        bool // next sync republishes everything
-	scanning     bool
-	scanned      map[string][]byte // retained discovery found at start-up
-	tenants      map[string]*tenant.Tenant
+	mu        sync.Mutex
+	started   bool
+	ready     bool // start-up clean-up done; sync may run
+	connected bool
+	closed    bool
+	force     bool // next sync republishes everything
+	scanning  bool
+	scanned   map[string][]byte // retained discovery found at start-up
+	// views are the tenants' documents as the engine handed them over
+	// (SetTenants, SetTenant): the bridge renders them, it keeps no status
+	// of its own
+	views        map[string]tenant.View
 	order        []string
-	tstatus      map[string]tenant.Status
-	nstatus      map[string]tenant.NodeStatus // by "<tenant>/<node>"
-	machines     map[string]talos.Machine     // found on the LAN, by MAC without colons (machine.go)
+	machines     map[string]talos.Machine // found on the LAN, by MAC without colons (machine.go)
 	machineOrder []string
 	machineGroup map[string]string // the "Cluster group" chosen per machine
-	autoApply    map[string]bool
 	armed        map[string]*time.Timer
 	operations   int
 	problem      string // what keeps the add-on from working ("" when nothing)
@@ -204,10 +204,7 @@ func New(opts Options, cmd Commander, log *zap.Logger) *Bridge {
 		firstConn:  make(chan struct{}),
 		flushq:     make(chan chan error),
 		sem:        make(chan struct{}, 16),
-		tenants:    map[string]*tenant.Tenant{},
-		tstatus:    map[string]tenant.Status{},
-		nstatus:    map[string]tenant.NodeStatus{},
-		autoApply:  map[string]bool{},
+		views:      map[string]tenant.View{},
 		armed:      map[string]*time.Timer{},
 		logLevel:   opts.LogLevel,
 		discovery:  map[string][]byte{},

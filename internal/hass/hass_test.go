@@ -34,11 +34,11 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 	lab, cloud := labTenant(), cloudTenant("prod", 3)
 	b := startBridge(t, fastOptions(m.URL), cmd, []*tenant.Tenant{lab, cloud})
 	op := "apply"
-	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseRunning, NodesReady: 3, NodesTotal: 3, Progress: 100,
+	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseRunning, NodesReady: 3, NodesTotal: 3, Progress: 100,
 		Operation: &op, Pending: tenant.Changes{Add: 1},
 		LastOperation: &tenant.OperationResult{Name: "apply", Result: tenant.ResultSucceeded,
 			At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600)), Message: "ok"}})
-	b.SetNodeStatus("lab", "lab-workers-1", tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, Address: "192.168.1.31", TalosVersion: "v1.13.0"})
+	setNode(b, "lab", "lab-workers-1", tenant.NodeStatus{Stage: tenant.StageRunning, Ready: true, Address: "192.168.1.31", TalosVersion: "v1.13.0"})
 	if err := b.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +153,14 @@ func TestStatePublishedOnlyWhenChanged(t *testing.T) {
 	obs.waitPayload(t, topic, 5*time.Second, func([]byte) bool { return true })
 	st := tenant.Status{Phase: tenant.PhaseProvisioning, Progress: 10}
 	for i := 0; i < 5; i++ {
-		b.SetTenantStatus("lab", st)
+		setStatus(b, "lab", st)
 		_ = b.Sync(context.Background())
 	}
 	obs.waitPayload(t, topic, 5*time.Second, func(p []byte) bool { return strings.Contains(string(p), "provisioning") })
 	obs.sync(t) // everything the broker acknowledged so far has arrived
 	before := obs.count(topic)
 	for i := 0; i < 5; i++ {
-		b.SetTenantStatus("lab", st)
+		setStatus(b, "lab", st)
 		if err := b.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestStatePublishedOnlyWhenChanged(t *testing.T) {
 		t.Errorf("unchanged state republished: %d -> %d messages", before, after)
 	}
 	st.Progress = 20
-	b.SetTenantStatus("lab", st)
+	setStatus(b, "lab", st)
 	obs.waitPayload(t, topic, 5*time.Second, func(p []byte) bool { return strings.Contains(string(p), `"progress":20`) })
 }
 
@@ -267,7 +267,7 @@ func TestBrokerRestartRepublishes(t *testing.T) {
 	opts := fastOptions(m.URL)
 	opts.MaxReconnectInterval = 0 // the default backoff
 	b := startBridge(t, opts, newFakeCmd(), []*tenant.Tenant{labTenant()})
-	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseRunning})
+	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseRunning})
 	_ = b.Sync(context.Background())
 	m.Stop()
 	// Test setup, not synchronisation: nothing to wait for while the broker
@@ -355,7 +355,7 @@ func TestCleanupStaleAndForeign(t *testing.T) {
 	lab2 := labTenant()
 	lab2.NodeGroups[1].Count = 1
 	obs2 := newObserver(t, m.URL, "#")
-	b.SetTenants([]*tenant.Tenant{lab2})
+	b.SetTenants(views(lab2))
 	if err := b.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestCleanupStaleAndForeign(t *testing.T) {
 
 func TestFiltersDoNotOverlap(t *testing.T) {
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, nil, nil)
-	b.SetTenants([]*tenant.Tenant{labTenant(), cloudTenant("prod", 2), cloudTenant("request", 1)})
+	b.SetTenants(views(labTenant(), cloudTenant("prod", 2), cloudTenant("request", 1)))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var topicsToCheck []string
@@ -524,10 +524,10 @@ func TestBadOptions(t *testing.T) {
 
 func TestTenantNamedBridgeSkipped(t *testing.T) {
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, nil, nil)
-	b.SetTenants([]*tenant.Tenant{cloudTenant("bridge", 1), labTenant()})
+	b.SetTenants(views(cloudTenant("bridge", 1), labTenant()))
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tenants["bridge"] != nil || b.tenants["lab"] == nil {
+	if _, ok := b.views["bridge"]; ok || b.views["lab"].Spec == nil {
 		t.Error("bridge tenant not skipped")
 	}
 }

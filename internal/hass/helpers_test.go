@@ -27,6 +27,9 @@ type fakeCmd struct {
 	calls []string
 	fail  error
 	ch    chan string
+	// bridge, when set, is shown a changed file the way the engine shows
+	// it (SetAutoApply)
+	bridge *Bridge
 }
 
 func newFakeCmd() *fakeCmd { return &fakeCmd{ch: make(chan string, 100)} }
@@ -64,7 +67,23 @@ func (f *fakeCmd) Reboot(_ context.Context, t, n string) error {
 	return f.rec("reboot %s %s", t, n)
 }
 func (f *fakeCmd) SetAutoApply(_ context.Context, t string, on bool) error {
-	return f.rec("auto_apply %s %v", t, on)
+	err := f.rec("auto_apply %s %v", t, on)
+	f.mu.Lock()
+	b := f.bridge
+	f.mu.Unlock()
+	if err == nil && b != nil {
+		b.mu.Lock()
+		v, ok := b.views[t]
+		b.mu.Unlock()
+		if ok {
+			spec := *v.Spec
+			spec.AutoApply = on
+			v.Spec = &spec
+			v.Status = statusOf(&spec, v.Status)
+			b.SetTenant(v)
+		}
+	}
+	return err
 }
 func (f *fakeCmd) Reload(context.Context) error { return f.rec("reload") }
 func (f *fakeCmd) Upgrade(_ context.Context, t, c, v string) error {
@@ -167,7 +186,7 @@ func startBridge(t testing.TB, opts Options, cmd Commander, ts []*tenant.Tenant,
 	for _, f := range tweak {
 		f(b)
 	}
-	b.SetTenants(ts)
+	b.SetTenants(views(ts...))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b.Start(ctx); err != nil {
@@ -421,4 +440,93 @@ func (o *observer) waitSequence(t testing.TB, topic string, mark int, d time.Dur
 		}
 		return i == len(payloads)
 	})
+}
+
+// viewOf is a tenant as the engine shows it before anything ran: phase
+// absent, every declared node pending at its machine's address.
+func viewOf(t *tenant.Tenant) tenant.View {
+	v := tenant.View{Name: t.Name, Spec: t, Nodes: map[string]tenant.NodeStatus{}}
+	v.Status = statusOf(t, tenant.Status{Phase: tenant.PhaseAbsent})
+	for _, n := range t.Nodes() {
+		ns := tenant.NodeStatus{Stage: tenant.StagePending, Role: n.Role, Group: n.Group, Power: "unknown"}
+		if n.Machine != nil {
+			ns.Address = n.Machine.Address
+		}
+		v.Nodes[n.Name] = ns
+	}
+	return v
+}
+
+// statusOf fills what the engine's view takes from the file into st.
+func statusOf(t *tenant.Tenant, st tenant.Status) tenant.Status {
+	if st.NodesTotal == 0 {
+		st.NodesTotal = len(t.Nodes())
+	}
+	if st.TalosVersion == "" {
+		st.TalosVersion = t.TalosVersion
+	}
+	if st.KubernetesVersion == "" {
+		st.KubernetesVersion = t.KubernetesVersion
+	}
+	st.Provider, st.AutoApply = t.Provider, t.AutoApply
+	st.Counts = map[string]int{}
+	for _, g := range t.NodeGroups {
+		st.Counts[g.Name] = g.Count
+	}
+	if st.Summary == "" {
+		st.Summary = tenant.Summary(st)
+	}
+	return st
+}
+
+// views maps viewOf over ts.
+func views(ts ...*tenant.Tenant) []tenant.View {
+	out := make([]tenant.View, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, viewOf(t))
+	}
+	return out
+}
+
+// setStatus hands the bridge a tenant's status, the rest of its view as
+// it was.
+func setStatus(b *Bridge, name string, st tenant.Status) {
+	b.mu.Lock()
+	v, ok := b.views[name]
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	v.Status = statusOf(v.Spec, st)
+	b.SetTenant(v)
+}
+
+// setNode hands the bridge one node's state, the rest of its view as it was.
+func setNode(b *Bridge, name, node string, ns tenant.NodeStatus) {
+	b.mu.Lock()
+	v, ok := b.views[name]
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	n, ok := v.Spec.Node(node)
+	if !ok {
+		return
+	}
+	if ns.Role == "" {
+		ns.Role, ns.Group = n.Role, n.Group
+	}
+	if ns.Power == "" {
+		ns.Power = "on"
+		if ns.Stage == tenant.StageUnreachable {
+			ns.Power = "off"
+		}
+	}
+	nodes := make(map[string]tenant.NodeStatus, len(v.Nodes))
+	for k, s := range v.Nodes {
+		nodes[k] = s
+	}
+	nodes[node] = ns
+	v.Nodes = nodes
+	b.SetTenant(v)
 }

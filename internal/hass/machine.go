@@ -71,7 +71,7 @@ func (b *Bridge) SetMachines(ms []talos.Machine) {
 func metalGroupOptions(b *Bridge) []string {
 	var out []string
 	for _, name := range b.order {
-		t := b.tenants[name]
+		t := b.views[name].Spec
 		if t.Provider != tenant.ProviderMetal {
 			continue
 		}

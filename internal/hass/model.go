@@ -116,12 +116,12 @@ func (b *Bridge) rebuildLocked() {
 		add(kindMachine, ref{machine: id}, nil, nil)
 	}
 	for _, name := range b.order {
-		t := b.tenants[name]
+		v := b.views[name]
 		r := ref{tenant: name}
-		add(kindTenant, r, t, nil)
-		for _, n := range t.Nodes() {
+		add(kindTenant, r, v.Spec, nil)
+		for _, n := range shownNodes(v) {
 			n := n
-			add(kindNode, ref{tenant: name, node: n.Name, group: n.Group}, t, &n)
+			add(kindNode, ref{tenant: name, node: n.Name, group: n.Group}, v.Spec, &n)
 		}
 	}
 	// Filters: bridge and tenant commands as wildcards over tenants; node
@@ -156,64 +156,69 @@ func (b *Bridge) rebuildLocked() {
 func (b *Bridge) refreshStateLocked(k kind, r ref) {
 	var t *tenant.Tenant
 	if k != kindBridge && k != kindMachine {
-		t = b.tenants[r.tenant]
-		if t == nil {
+		v, ok := b.views[r.tenant]
+		if !ok {
 			return
 		}
+		t = v.Spec
 	}
 	b.states[b.topics.state(k, r)] = b.stateDoc(k, r, t)
 }
 
-// SetTenants declares the tenants shown in Home Assistant. New tenants and
-// nodes appear (nodes with stage pending), changed ones are updated, and the
-// devices of tenants and nodes no longer declared are removed at once
+// shownNodes are the nodes a tenant's view shows, as nodes: those the file
+// declares, in its order, then those that still exist without being
+// declared (a removed node until its reset is done), by name.
+func shownNodes(v tenant.View) []tenant.Node {
+	var out []tenant.Node
+	seen := map[string]bool{}
+	if v.Spec != nil {
+		for _, n := range v.Spec.Nodes() {
+			if _, ok := v.Nodes[n.Name]; ok || v.Nodes == nil {
+				out = append(out, n)
+				seen[n.Name] = true
+			}
+		}
+	}
+	var extra []string
+	for name := range v.Nodes {
+		if !seen[name] {
+			extra = append(extra, name)
+		}
+	}
+	slices.Sort(extra)
+	for _, name := range extra {
+		ns := v.Nodes[name]
+		out = append(out, tenant.Node{Name: name, Tenant: v.Name, Group: ns.Group, Role: ns.Role,
+			Index: tenant.NodeIndex(v.Name, ns.Group, name)})
+	}
+	return out
+}
+
+// SetTenants declares the tenants shown in Home Assistant, with their
+// complete views. New tenants and nodes appear, changed ones are updated,
+// and the devices of tenants and nodes no longer shown are removed at once
 // (empty retained discovery and state). A tenant named "bridge" cannot be
-// shown (its topics would be the bridge's) and is skipped with an error log.
-func (b *Bridge) SetTenants(ts []*tenant.Tenant) {
+// shown (its topics would be the bridge's) and is skipped with an error
+// log.
+func (b *Bridge) SetTenants(vs []tenant.View) {
 	b.mu.Lock()
-	b.tenants = make(map[string]*tenant.Tenant, len(ts))
+	b.views = make(map[string]tenant.View, len(vs))
 	b.order = b.order[:0]
-	for _, t := range ts {
-		if t == nil {
+	for _, v := range vs {
+		if !b.showable(v) {
 			continue
 		}
-		if t.Name == "bridge" {
-			b.log.Error(`tenant name "bridge" is reserved for the add-on's own device; not shown`)
+		if _, dup := b.views[v.Name]; dup {
 			continue
 		}
-		if !tenant.IsDNSLabel(t.Name) {
-			b.log.Error("tenant name is not a DNS label; not shown", zap.String("tenant", t.Name))
-			continue
-		}
-		if _, dup := b.tenants[t.Name]; dup {
-			continue
-		}
-		b.tenants[t.Name] = t
-		b.order = append(b.order, t.Name)
-		b.autoApply[t.Name] = t.AutoApply
+		b.views[v.Name] = v
+		b.order = append(b.order, v.Name)
 	}
 	slices.Sort(b.order)
 	for name, tm := range b.armed {
-		if b.tenants[name] == nil {
+		if _, ok := b.views[name]; !ok {
 			tm.Stop()
 			delete(b.armed, name)
-		}
-	}
-	for name := range b.autoApply {
-		if b.tenants[name] == nil {
-			delete(b.autoApply, name)
-			delete(b.tstatus, name)
-		}
-	}
-	for key := range b.nstatus {
-		tn, node, _ := strings.Cut(key, "/")
-		t := b.tenants[tn]
-		if t == nil {
-			delete(b.nstatus, key)
-			continue
-		}
-		if _, ok := t.Node(node); !ok {
-			delete(b.nstatus, key)
 		}
 	}
 	b.rebuildLocked()
@@ -221,41 +226,63 @@ func (b *Bridge) SetTenants(ts []*tenant.Tenant) {
 	b.trigger()
 }
 
-// SetTenantStatus updates a tenant's state document (published if changed).
-func (b *Bridge) SetTenantStatus(name string, st tenant.Status) {
-	b.mu.Lock()
-	if b.tenants[name] == nil {
-		b.mu.Unlock()
+// showable reports whether a view can be shown (logged when not).
+func (b *Bridge) showable(v tenant.View) bool {
+	switch {
+	case v.Spec == nil:
+		return false
+	case v.Name == "bridge":
+		b.log.Error(`tenant name "bridge" is reserved for the add-on's own device; not shown`)
+		return false
+	case !tenant.IsDNSLabel(v.Name):
+		b.log.Error("tenant name is not a DNS label; not shown", zap.String("tenant", v.Name))
+		return false
+	}
+	return true
+}
+
+// SetTenant updates one tenant's documents (published if changed); when
+// its nodes or its file changed, its devices too.
+func (b *Bridge) SetTenant(v tenant.View) {
+	if !b.showable(v) {
 		return
 	}
-	old := b.tstatus[name]
-	b.tstatus[name] = st
-	b.refreshStateLocked(kindTenant, ref{tenant: name})
-	if old.TalosVersionRunning != st.TalosVersionRunning { // the device's sw_version
-		r := ref{tenant: name}
-		b.discovery[b.topics.discovery(kindTenant, r)] = b.discoveryPayload(kindTenant, r, b.tenants[name], nil)
+	b.mu.Lock()
+	old, known := b.views[v.Name]
+	b.views[v.Name] = v
+	switch {
+	case !known:
+		b.order = append(b.order, v.Name)
+		slices.Sort(b.order)
+		b.rebuildLocked()
+	case old.Spec != v.Spec || !sameNodes(old, v):
+		b.rebuildLocked()
+	default:
+		r := ref{tenant: v.Name}
+		b.refreshStateLocked(kindTenant, r)
+		for _, n := range shownNodes(v) {
+			b.refreshStateLocked(kindNode, ref{tenant: v.Name, node: n.Name, group: n.Group})
+		}
+		if old.Status.TalosVersionRunning != v.Status.TalosVersionRunning { // the device's sw_version
+			b.discovery[b.topics.discovery(kindTenant, r)] = b.discoveryPayload(kindTenant, r, v.Spec, nil)
+		}
 	}
 	b.mu.Unlock()
 	b.trigger()
 }
 
-// SetNodeStatus updates a node's state document (published if changed).
-func (b *Bridge) SetNodeStatus(tenantName, node string, st tenant.NodeStatus) {
-	b.mu.Lock()
-	t := b.tenants[tenantName]
-	if t == nil {
-		b.mu.Unlock()
-		return
+// sameNodes reports whether two views show the same nodes.
+func sameNodes(a, b tenant.View) bool {
+	if len(a.Nodes) != len(b.Nodes) {
+		return false
 	}
-	n, ok := t.Node(node)
-	if !ok {
-		b.mu.Unlock()
-		return
+	for n, sa := range a.Nodes {
+		sb, ok := b.Nodes[n]
+		if !ok || sa.Group != sb.Group || sa.Role != sb.Role {
+			return false
+		}
 	}
-	b.nstatus[tenantName+"/"+node] = st
-	b.refreshStateLocked(kindNode, ref{tenant: tenantName, node: node, group: n.Group})
-	b.mu.Unlock()
-	b.trigger()
+	return true
 }
 
 // SetBridgeStatus updates the number of running operations.
@@ -367,8 +394,11 @@ type tenantDoc struct {
 	Progress          int            `json:"progress"`
 	Pending           tenant.Changes `json:"pending"`
 	Operation         *string        `json:"operation"`
+	Activity          string         `json:"activity"`
+	OperationStep     string         `json:"operation_step"`
 	LastOperation     *lastOpDoc     `json:"last_operation"`
 	Problem           bool           `json:"problem"`
+	Problems          []string       `json:"problems"`
 	TalosVersion      string         `json:"talos_version"`
 	KubernetesVersion string         `json:"kubernetes_version"`
 	Provider          string         `json:"provider"`
@@ -394,7 +424,8 @@ type nodeDoc struct {
 	Role           tenant.Role  `json:"role"`
 	Group          string       `json:"group"`
 	TalosVersion   *string      `json:"talos_version"`
-	Power          string       `json:"power"` // on, off, unknown (machine.go)
+	Power          string       `json:"power"` // on, off, unknown
+	Forgettable    bool         `json:"forgettable"`
 }
 
 func strOrNil(s string) *string {
@@ -412,28 +443,20 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		v = bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel,
 			Problem: b.problem != "", ProblemMessage: b.problem}
 	case kindTenant:
-		st, ok := b.tstatus[r.tenant]
-		if !ok {
-			st = tenant.Status{Phase: tenant.PhaseAbsent}
-		}
-		if st.Phase == "" {
-			st.Phase = tenant.PhaseAbsent
-		}
+		st := b.views[r.tenant].Status
 		d := tenantDoc{
 			Phase: st.Phase, NodesReady: st.NodesReady, NodesTotal: st.NodesTotal,
-			Progress: min(max(st.Progress, 0), 100), Pending: st.Pending, Operation: st.Operation,
-			Problem: st.Problem, TalosVersion: st.TalosVersion, KubernetesVersion: st.KubernetesVersion,
-			Provider: string(t.Provider), AutoApply: b.autoApply[r.tenant], DestroyArmed: b.armed[r.tenant] != nil,
-			Counts: make(map[string]int, len(t.NodeGroups)),
+			Progress: st.Progress, Pending: st.Pending, Operation: st.Operation,
+			Activity: st.Activity, OperationStep: st.OperationStep,
+			Problem: st.Problem, Problems: st.Problems, TalosVersion: st.TalosVersion, KubernetesVersion: st.KubernetesVersion,
+			Provider: string(st.Provider), AutoApply: st.AutoApply, DestroyArmed: b.armed[r.tenant] != nil,
+			Counts: st.Counts, Summary: st.Summary,
 		}
-		if !ok {
-			d.NodesTotal = len(t.Nodes())
+		if d.Problems == nil {
+			d.Problems = []string{}
 		}
-		if d.TalosVersion == "" {
-			d.TalosVersion = t.TalosVersion
-		}
-		if d.KubernetesVersion == "" {
-			d.KubernetesVersion = t.KubernetesVersion
+		if d.Counts == nil {
+			d.Counts = map[string]int{}
 		}
 		d.TalosVersionRunning, d.KubernetesVersionRunning = strOrNil(st.TalosVersionRunning), strOrNil(st.KubernetesVersionRunning)
 		d.TalosUpdate = updateDoc(ComponentTalos, st.TalosVersionRunning, d.TalosVersion, st.Rollout, st.Progress)
@@ -442,33 +465,11 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		if lo := st.LastOperation; lo != nil {
 			d.LastOperation = &lastOpDoc{Name: lo.Name, Result: string(lo.Result), At: isoTime(lo.At), Message: lo.Message}
 		}
-		for _, g := range t.NodeGroups {
-			d.Counts[g.Name] = g.Count
-		}
-		d.Summary = tenant.Summary(tenant.Status{Phase: d.Phase, NodesReady: d.NodesReady, NodesTotal: d.NodesTotal,
-			Progress: d.Progress, Pending: d.Pending, Operation: d.Operation, LastOperation: st.LastOperation,
-			Problem: d.Problem, TalosVersion: d.TalosVersion})
 		v = d
 	case kindNode:
-		n, _ := t.Node(r.node)
-		ns, ok := b.nstatus[r.tenant+"/"+r.node]
-		if !ok {
-			ns = tenant.NodeStatus{Stage: tenant.StagePending}
-			if n.Machine != nil {
-				ns.Address = n.Machine.Address
-			}
-		}
-		if ns.Stage == "" {
-			ns.Stage = tenant.StagePending
-		}
-		if ns.Role == "" {
-			ns.Role = n.Role
-		}
-		if ns.Group == "" {
-			ns.Group = n.Group
-		}
+		ns := b.views[r.tenant].Nodes[r.node]
 		v = nodeDoc{Stage: ns.Stage, Ready: ns.Ready, Address: strOrNil(ns.Address), PrivateAddress: strOrNil(ns.PrivateAddress),
-			Role: ns.Role, Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion), Power: nodePower(ns.Stage)}
+			Role: ns.Role, Group: ns.Group, TalosVersion: strOrNil(ns.TalosVersion), Power: ns.Power, Forgettable: ns.Forgettable}
 	case kindMachine:
 		v = b.machineDoc(r.machine) // machine.go
 	}

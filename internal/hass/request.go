@@ -126,8 +126,8 @@ var actions = map[string]action{
 		return c.Reload(ctx)
 	})},
 	ActionAutoApply: {fields: fTenant | fEnabled, call: done(func(ctx context.Context, c Commander, r Request) error {
-		return c.SetAutoApply(ctx, r.Tenant, *r.Enabled)
-	}), after: (*Bridge).reflectAutoApply},
+		return c.SetAutoApply(ctx, r.Tenant, *r.Enabled) // the engine shows the changed file at once
+	})},
 	ActionLogLevel: {fields: fLevel, call: func(_ context.Context, c Commander, r Request) (any, error) {
 		if err := c.SetLogLevel(r.Level); err != nil {
 			return nil, err

@@ -153,6 +153,9 @@ func TestEntityCommands(t *testing.T) {
 	b := startBridge(t, fastOptions(px.URL()), cmd, []*tenant.Tenant{labTenant()}, func(b *Bridge) {
 		b.log = b.log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, warnCore) }))
 	})
+	cmd.mu.Lock()
+	cmd.bridge = b
+	cmd.mu.Unlock()
 	obs := newObserver(t, m.URL, "rezuscloud/#")
 	press := func(topic, payload string) { publish(t, m.URL, topic, []byte(payload), false) }
 
@@ -255,7 +258,7 @@ func TestEntityCommands(t *testing.T) {
 func TestHandleRequestDirect(t *testing.T) {
 	cmd := newFakeCmd()
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
-	b.SetTenants([]*tenant.Tenant{labTenant()})
+	b.SetTenants(views(labTenant()))
 	ctx := context.Background()
 	r := b.HandleRaw(ctx, "scale", []byte(`{"tenant":"lab","group":"workers","count":1,"transaction":[1,"a"]}`))
 	if !r.OK() || string(r.Transaction) != `[1,"a"]` {
@@ -302,7 +305,7 @@ func FuzzRequest(f *testing.F) {
 	}
 	cmd := newFakeCmd()
 	b := New(Options{URL: "tcp://127.0.0.1:1"}, cmd, nil)
-	b.SetTenants([]*tenant.Tenant{labTenant()})
+	b.SetTenants(views(labTenant()))
 	f.Fuzz(func(t *testing.T, action string, payload []byte) {
 		req, err := decodeRequest(action, payload)
 		if err != nil {

@@ -138,9 +138,9 @@ func TestDashboardSafety(t *testing.T) {
 
 	// an operation runs: Cancel becomes available, then not again
 	op := "apply"
-	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseProvisioning, Operation: &op})
+	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseProvisioning, Operation: &op})
 	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return available(t, cancelTpl, p) })
-	b.SetTenantStatus("lab", tenant.Status{Phase: tenant.PhaseRunning})
+	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseRunning})
 	obs.waitPayload(t, "rezuscloud/lab/state", 5*time.Second, func(p []byte) bool { return !available(t, cancelTpl, p) })
 }
 

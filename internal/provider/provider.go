@@ -92,11 +92,9 @@ type NodeOutput struct {
 type Renderer interface {
 	// Provider is the platform this renderer serves.
 	Provider() tenant.Provider
-	// Render returns the .tf.json document for in.
+	// Render returns the .tf.json document for in. Every renderer shares
+	// the output contract (ParseNodes, EndpointAddress).
 	Render(in Input) ([]byte, error)
-	// Nodes maps `tofu output -json` to the nodes it reports, sorted by
-	// name. Every renderer shares the output contract (ParseNodes).
-	Nodes(outputsJSON []byte) ([]NodeOutput, error)
 }
 
 // NeedsNetworkStage reports whether a tenant needs the two-step render: a

@@ -1,13 +1,25 @@
 package provider_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
+	tfjson "github.com/hashicorp/terraform-json"
+
 	"github.com/rezuscloud/rezuscloud/internal/provider"
-	"github.com/rezuscloud/rezuscloud/internal/provider/openstack"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
+
+// outputs decodes `tofu output -json` as tofu.Workspace.Output returns it.
+func outputs(t *testing.T, s string) map[string]*tfjson.StateOutput {
+	t.Helper()
+	var m map[string]*tfjson.StateOutput
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("outputs %s: %v", s, err)
+	}
+	return m
+}
 
 // recorded is the shape of a real `tofu output -json` (reference §2) for a
 // metal tenant, plus an unrelated sensitive output.
@@ -28,7 +40,7 @@ const recorded = `{
 }`
 
 func TestParseNodes(t *testing.T) {
-	got, err := provider.ParseNodes([]byte(recorded))
+	got, err := provider.ParseNodes(outputs(t, recorded))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,36 +56,32 @@ func TestParseNodes(t *testing.T) {
 			t.Errorf("node %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	r := openstack.Renderer{}
-	viaRenderer, err := r.Nodes([]byte(recorded))
-	if err != nil || len(viaRenderer) != 2 {
-		t.Errorf("Renderer.Nodes: %v, %+v", err, viaRenderer)
-	}
 }
 
 func TestParseNodesEmptyAndBad(t *testing.T) {
 	for _, in := range []string{`{}`, `{"endpoint_address":{"sensitive":false,"type":"string","value":"1.2.3.4"}}`, `{"nodes":{"sensitive":false,"type":"dynamic","value":null}}`} {
-		got, err := provider.ParseNodes([]byte(in))
+		got, err := provider.ParseNodes(outputs(t, in))
 		if err != nil || len(got) != 0 {
 			t.Errorf("ParseNodes(%s) = %+v, %v; want none", in, got, err)
 		}
 	}
-	for _, in := range []string{`not json`, `{"nodes":{"sensitive":false,"type":"string","value":"x"}}`} {
-		if _, err := provider.ParseNodes([]byte(in)); err == nil {
+	for _, in := range []string{`{"nodes":{"sensitive":false,"type":"string","value":"x"}}`,
+		`{"nodes":{"sensitive":false,"type":"dynamic","value":{"n":{"address":7}}}}`} {
+		if _, err := provider.ParseNodes(outputs(t, in)); err == nil {
 			t.Errorf("ParseNodes(%s): no error", in)
 		}
 	}
 }
 
 func TestEndpointAddress(t *testing.T) {
-	got, err := provider.EndpointAddress([]byte(recorded))
+	got, err := provider.EndpointAddress(outputs(t, recorded))
 	if err != nil || got != "203.0.113.10" {
 		t.Errorf("EndpointAddress = %q, %v", got, err)
 	}
-	if _, err := provider.EndpointAddress([]byte(`{}`)); err == nil || !strings.Contains(err.Error(), "network stage") {
+	if _, err := provider.EndpointAddress(outputs(t, `{}`)); err == nil || !strings.Contains(err.Error(), "network stage") {
 		t.Errorf("EndpointAddress({}): %v", err)
 	}
-	if _, err := provider.EndpointAddress([]byte(`{"endpoint_address":{"sensitive":false,"type":"string","value":""}}`)); err == nil {
+	if _, err := provider.EndpointAddress(outputs(t, `{"endpoint_address":{"sensitive":false,"type":"string","value":""}}`)); err == nil {
 		t.Error("empty endpoint_address: no error")
 	}
 }

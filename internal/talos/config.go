@@ -83,6 +83,22 @@ func Endpoint(t *tenant.Tenant) string {
 // (https://host:6443); "" means Endpoint(t). Every config is validated with
 // machinery (strict) and encoded without comments.
 func GenerateConfigs(t *tenant.Tenant, b *secrets.Bundle, endpoint string) (*Configs, error) {
+	return GenerateConfigsAt(t, b, endpoint, nil)
+}
+
+// Versions are the versions one node's machine config is made with:
+// Talos (its installer image and config contract), Kubernetes (the
+// control-plane components) and the kubelet; "" takes the tenant's (for
+// Kubelet: Kubernetes). A rolling upgrade moves a node's versions one at a
+// time, so the nodes of a cluster may differ for a while.
+type Versions struct {
+	Talos, Kubernetes, Kubelet string
+}
+
+// GenerateConfigsAt is GenerateConfigs with each node's config made at the
+// versions at gives it (nil: the tenant's for every node). The role base
+// configs are the tenant's.
+func GenerateConfigsAt(t *tenant.Tenant, b *secrets.Bundle, endpoint string, at func(tenant.Node) Versions) (*Configs, error) {
 	g, err := newGenerator(t, b, endpoint)
 	if err != nil {
 		return nil, err
@@ -94,8 +110,13 @@ func GenerateConfigs(t *tenant.Tenant, b *secrets.Bundle, endpoint string) (*Con
 	if out.Worker, err = g.render(machine.TypeWorker, nil); err != nil {
 		return nil, fmt.Errorf("tenant %q worker config: %w", t.Name, err)
 	}
+	gens := map[[2]string]*generator{{"", ""}: g}
 	for _, n := range t.Nodes() {
-		if out.Nodes[n.Name], err = g.node(n); err != nil {
+		var v Versions
+		if at != nil {
+			v = at(n)
+		}
+		if out.Nodes[n.Name], err = nodeAt(gens, t, b, g.endpoint, n, v); err != nil {
 			return nil, err
 		}
 	}
@@ -108,11 +129,45 @@ func GenerateConfigs(t *tenant.Tenant, b *secrets.Bundle, endpoint string) (*Con
 // NodeConfig builds one node's machine config (what GenerateConfigs puts in
 // Nodes[n.Name]).
 func NodeConfig(t *tenant.Tenant, b *secrets.Bundle, endpoint string, n tenant.Node) ([]byte, error) {
-	g, err := newGenerator(t, b, endpoint)
-	if err != nil {
-		return nil, err
+	return NodeConfigAt(t, b, endpoint, n, Versions{})
+}
+
+// NodeConfigAt builds one node's machine config at versions v.
+func NodeConfigAt(t *tenant.Tenant, b *secrets.Bundle, endpoint string, n tenant.Node, v Versions) ([]byte, error) {
+	return nodeAt(map[[2]string]*generator{}, t, b, endpoint, n, v)
+}
+
+// nodeAt renders n at v with a generator of gens (made once per pair of
+// Talos and Kubernetes versions).
+func nodeAt(gens map[[2]string]*generator, t *tenant.Tenant, b *secrets.Bundle, endpoint string, n tenant.Node, v Versions) ([]byte, error) {
+	tv, kv := v.Talos, v.Kubernetes
+	if tv == t.TalosVersion {
+		tv = ""
 	}
-	return g.node(n)
+	if kv == t.KubernetesVersion {
+		kv = ""
+	}
+	key := [2]string{tv, kv}
+	g := gens[key]
+	if g == nil {
+		c := *t
+		if tv != "" {
+			c.TalosVersion = tv
+		}
+		if kv != "" {
+			c.KubernetesVersion = kv
+		}
+		var err error
+		if g, err = newGenerator(&c, b, endpoint); err != nil {
+			return nil, err
+		}
+		gens[key] = g
+	}
+	kubelet := ""
+	if v.Kubelet != "" && strings.TrimPrefix(v.Kubelet, "v") != strings.TrimPrefix(g.t.KubernetesVersion, "v") {
+		kubelet = strings.TrimPrefix(v.Kubelet, "v")
+	}
+	return g.node(n, kubelet)
 }
 
 type generator struct {
@@ -192,14 +247,24 @@ func newGenerator(t *tenant.Tenant, b *secrets.Bundle, endpoint string) (*genera
 	return &generator{t: t, in: in, endpoint: endpoint, patches: patches, mode: modeFor(t.Provider), talosEndpoints: talosEndpoints}, nil
 }
 
-func (g *generator) node(n tenant.Node) ([]byte, error) {
+// node renders one node's config; kubelet, when not "", pins its kubelet
+// to that version (the control-plane step of a Kubernetes upgrade).
+func (g *generator) node(n tenant.Node, kubelet string) ([]byte, error) {
 	typ := machine.TypeWorker
 	if n.Role == tenant.RoleControlPlane {
 		typ = machine.TypeControlPlane
 	}
 	var sb strings.Builder
-	if n.Machine != nil && n.Machine.InstallDisk != "" {
-		fmt.Fprintf(&sb, "machine:\n  install:\n    disk: %q\n---\n", n.Machine.InstallDisk)
+	disk := n.Machine != nil && n.Machine.InstallDisk != ""
+	if disk || kubelet != "" {
+		sb.WriteString("machine:\n")
+		if disk {
+			fmt.Fprintf(&sb, "  install:\n    disk: %q\n", n.Machine.InstallDisk)
+		}
+		if kubelet != "" {
+			fmt.Fprintf(&sb, "  kubelet:\n    image: %s:v%s\n", constants.KubeletImage, kubelet)
+		}
+		sb.WriteString("---\n")
 	}
 	fmt.Fprintf(&sb, "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: %q\nauto: \"off\"\n", n.Name)
 	p, err := configpatcher.LoadPatch([]byte(sb.String()))

@@ -29,10 +29,15 @@ type PollerOptions struct {
 	// reported (and the first time it is known). Calls are serialized; keep
 	// it quick (hand the state over to a channel or a lock-protected map).
 	OnChange func(name string, st NodeState)
-	// Status reads a node; tests may wrap Status with it. Default: Status
-	// over the poller's own connections (one per endpoint and credentials,
-	// kept between polls and shared by the nodes routed through it).
+	// Status reads a node. Default: a Reader of the poller's own, whose
+	// connections the poller prunes and closes. A caller that reads nodes
+	// itself too passes its own reader's Status (and Prune), so that both
+	// read the same way.
 	Status func(ctx context.Context, t Target, talosconfig []byte) (NodeState, error)
+	// Prune, with Status, is told the endpoints the targets still use
+	// after every SetTargets (and nil when Run ends), so that connections
+	// no node needs any more are closed.
+	Prune func(keep map[string]bool)
 }
 
 // Poller polls the status of a changing set of nodes, with bounded
@@ -42,11 +47,10 @@ type PollerOptions struct {
 // It keeps its connections between polls; Run closes them when it ends,
 // Close after PollOnce.
 type Poller struct {
-	opts  PollerOptions
-	sem   chan struct{}
-	wake  chan struct{}
-	emit  sync.Mutex
-	conns *pool
+	opts PollerOptions
+	sem  chan struct{}
+	wake chan struct{}
+	emit sync.Mutex
 
 	mu      sync.Mutex
 	targets map[string]*pollTarget
@@ -54,11 +58,13 @@ type Poller struct {
 
 type pollTarget struct {
 	PollTarget
-	hint     statusHint // read and written by the target's one poll in flight
 	next     time.Time
 	failures int
 	inFlight bool
 	last     *NodeState
+	// reports counts Reports; a poll that started before one is older
+	// than what it reported and is dropped
+	reports int
 }
 
 // NewPoller returns a poller; start it with Run.
@@ -79,11 +85,17 @@ func NewPoller(opts PollerOptions) *Poller {
 	if opts.OnChange == nil {
 		opts.OnChange = func(string, NodeState) {}
 	}
+	if opts.Status == nil {
+		r := NewReader()
+		opts.Status, opts.Prune = r.Status, r.Prune
+	}
+	if opts.Prune == nil {
+		opts.Prune = func(map[string]bool) {}
+	}
 	return &Poller{
 		opts:    opts,
 		sem:     make(chan struct{}, opts.Concurrency),
 		wake:    make(chan struct{}, 1),
-		conns:   newPool(),
 		targets: map[string]*pollTarget{},
 	}
 }
@@ -116,20 +128,44 @@ func (p *Poller) SetTargets(targets map[string]PollTarget) {
 		}
 	}
 	p.mu.Unlock()
-	p.conns.prune(keep)
+	p.opts.Prune(keep)
 	p.poke()
 }
 
 // Close closes the poller's connections (after PollOnce; Run closes them
 // itself when it ends). The poller may be used again: it then reconnects.
-func (p *Poller) Close() { p.conns.prune(nil) }
+func (p *Poller) Close() { p.opts.Prune(nil) }
 
-// status reads one node with the configured Status or over the pool.
-func (p *Poller) status(ctx context.Context, t *pollTarget) (NodeState, error) {
-	if p.opts.Status != nil {
-		return p.opts.Status(ctx, t.Target, t.Talosconfig)
+// Report takes a state of a node that someone else read (a flow acting on
+// the node): it becomes the node's last state, reported through OnChange
+// when it differs, as if the poller had read it, so that the poller stays
+// the one source of what nodes report. The node's next poll is due one
+// interval later.
+func (p *Poller) Report(name string, st NodeState) {
+	if st.Stage == "" {
+		st = Unreachable
 	}
-	return readStatus(ctx, p.conns, t.Target, t.Talosconfig, &t.hint)
+	p.emit.Lock()
+	defer p.emit.Unlock()
+	p.mu.Lock()
+	t := p.targets[name]
+	if t == nil {
+		p.mu.Unlock()
+		return
+	}
+	changed := t.last == nil || !t.last.Equal(st)
+	if changed {
+		t.last = &st
+	}
+	t.reports++
+	if st.Stage != Unreachable.Stage {
+		t.failures = 0
+		t.next = time.Now().Add(p.opts.Interval)
+	}
+	p.mu.Unlock()
+	if changed {
+		p.opts.OnChange(name, st)
+	}
 }
 
 // Trigger polls a node soon (after an operation on it), resetting its
@@ -259,8 +295,11 @@ func (p *Poller) claim(name string) *pollTarget {
 }
 
 func (p *Poller) pollOne(ctx context.Context, name string, t *pollTarget) {
+	p.mu.Lock()
+	reports := t.reports
+	p.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	st, _ := p.status(pctx, t)
+	st, _ := p.opts.Status(pctx, t.Target, t.Talosconfig)
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()
@@ -271,10 +310,14 @@ func (p *Poller) pollOne(ctx context.Context, name string, t *pollTarget) {
 	if st.Stage == "" {
 		st = Unreachable
 	}
+	// the emit lock is held from the comparison to the report, so that a
+	// Report of the same node cannot come in between
+	p.emit.Lock()
 	p.mu.Lock()
-	if p.targets[name] != t { // removed or replaced meanwhile
+	if p.targets[name] != t || t.reports != reports { // removed or replaced meanwhile, or reported fresher
 		t.inFlight = false
 		p.mu.Unlock()
+		p.emit.Unlock()
 		return
 	}
 	if st.Stage == Unreachable.Stage {
@@ -293,10 +336,9 @@ func (p *Poller) pollOne(ctx context.Context, name string, t *pollTarget) {
 	// The target stays in flight while its change is reported, so that the
 	// changes of one node are reported in order.
 	if changed {
-		p.emit.Lock()
 		p.opts.OnChange(name, st)
-		p.emit.Unlock()
 	}
+	p.emit.Unlock()
 	p.mu.Lock()
 	t.inFlight = false
 	p.mu.Unlock()

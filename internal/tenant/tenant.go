@@ -9,6 +9,8 @@ package tenant
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -112,6 +114,20 @@ type Machine struct {
 	Power string `toml:"power" json:"power,omitempty"`
 	// RedfishInsecure skips verifying the BMC's certificate.
 	RedfishInsecure bool `toml:"redfish_insecure" json:"redfish_insecure,omitempty"`
+}
+
+// NodeIndex is the index of node name in group of tenant ("<tenant>-<group>-<index>"),
+// 0 when name is not such a name.
+func NodeIndex(tenantName, group, name string) int {
+	rest, ok := strings.CutPrefix(name, tenantName+"-"+group+"-")
+	if !ok {
+		return 0
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 1 {
+		return 0
+	}
+	return i
 }
 
 // Node is one node a tenant declares: node Index (1-based) of group Group.
@@ -271,6 +287,9 @@ type Changes struct {
 	Destroy int `json:"destroy"`
 }
 
+// Any reports whether anything changes.
+func (c Changes) Any() bool { return c.Add+c.Change+c.Destroy > 0 }
+
 // Result is how an operation ended, or that it started.
 type Result string
 
@@ -303,18 +322,62 @@ type OperationEvent struct {
 	At       time.Time     `json:"at"`
 }
 
+// Activities: what a running operation does, as a person would say it
+// (the state document's activity; docs/design.md §11.1).
+const (
+	ActivityPlanning   = "planning"
+	ActivityApplying   = "applying"
+	ActivityScaling    = "scaling"
+	ActivityUpgrading  = "upgrading"
+	ActivityDestroying = "destroying"
+	ActivityBackingUp  = "backing_up"
+	ActivityDraining   = "draining"
+	ActivityRebooting  = "rebooting"
+	ActivityPowering   = "powering"
+	ActivityRepairing  = "repairing"
+	ActivityChecking   = "checking"
+)
+
+// View is one tenant as Home Assistant shows it: the file it is shown from
+// and every document of it, complete. The engine computes it from facts
+// (one pure function); the bridge only renders it.
+type View struct {
+	Name string
+	// Spec is the tenant file; for an orphaned tenant the spec it was last
+	// applied with.
+	Spec   *Tenant
+	Status Status
+	// Nodes are the nodes shown, by name: those the file declares, and
+	// those that still exist (a removed node until its reset is done).
+	Nodes map[string]NodeStatus
+}
+
 // Status is a tenant's state document (docs/design.md §4, contract).
 type Status struct {
-	Phase             Phase            `json:"phase"`
-	NodesReady        int              `json:"nodes_ready"`
-	NodesTotal        int              `json:"nodes_total"`
-	Progress          int              `json:"progress"`
-	Pending           Changes          `json:"pending"`
-	Operation         *string          `json:"operation"`
-	LastOperation     *OperationResult `json:"last_operation"`
-	Problem           bool             `json:"problem"`
-	TalosVersion      string           `json:"talos_version"`
-	KubernetesVersion string           `json:"kubernetes_version"`
+	Phase      Phase   `json:"phase"`
+	NodesReady int     `json:"nodes_ready"`
+	NodesTotal int     `json:"nodes_total"`
+	Progress   int     `json:"progress"`
+	Pending    Changes `json:"pending"`
+	// Operation names the running operation (its event name: apply, plan,
+	// destroy, ...); nil when idle.
+	Operation *string `json:"operation"`
+	// Activity says what the running operation does (Activity*; "" when
+	// idle), OperationStep which step it is in.
+	Activity      string           `json:"activity"`
+	OperationStep string           `json:"operation_step"`
+	LastOperation *OperationResult `json:"last_operation"`
+	Problem       bool             `json:"problem"`
+	// Problems are the reasons of Problem, each one sentence.
+	Problems          []string `json:"problems"`
+	TalosVersion      string   `json:"talos_version"`
+	KubernetesVersion string   `json:"kubernetes_version"`
+	// Provider, AutoApply and Counts (nodes per group) are the file's.
+	Provider  Provider       `json:"provider"`
+	AutoApply bool           `json:"auto_apply"`
+	Counts    map[string]int `json:"counts"`
+	// Summary is one spoken sentence (Summary).
+	Summary string `json:"summary"`
 	// TalosVersionRunning and KubernetesVersionRunning are the lowest
 	// versions the nodes report ("" when the cluster does not exist).
 	TalosVersionRunning      string `json:"talos_version_running"`
@@ -357,4 +420,13 @@ type NodeStatus struct {
 	TalosVersion   string `json:"talos_version"`
 	// KubernetesVersion is the kubelet version the node reports.
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
+	// Power is on, off or unknown.
+	Power string `json:"power"`
+	// UnreachableSince is when a provisioned node stopped answering (zero
+	// when it answers); past the engine's unreachable_after it may be
+	// forgotten.
+	UnreachableSince time.Time `json:"-"`
+	// Forgettable: the node has been unreachable past unreachable_after,
+	// so "Forget machine" may remove it (docs/design.md §11.7).
+	Forgettable bool `json:"forgettable"`
 }

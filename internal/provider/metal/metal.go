@@ -32,11 +32,6 @@ type Renderer struct{}
 // Provider implements provider.Renderer.
 func (Renderer) Provider() tenant.Provider { return tenant.ProviderMetal }
 
-// Nodes implements provider.Renderer.
-func (Renderer) Nodes(outputsJSON []byte) ([]provider.NodeOutput, error) {
-	return provider.ParseNodes(outputsJSON)
-}
-
 // Render implements provider.Renderer.
 func (Renderer) Render(in provider.Input) ([]byte, error) {
 	nodes, stage, err := provider.Check(in, tenant.ProviderMetal)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	tfjson "github.com/hashicorp/terraform-json"
+
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/metal"
 	"github.com/rezuscloud/rezuscloud/internal/provider/providertest"
@@ -194,7 +196,11 @@ func TestTofu(t *testing.T) {
 	if code != 0 {
 		t.Fatal("tofu output failed")
 	}
-	nodes, err := metal.Renderer{}.Nodes(out)
+	var outs map[string]*tfjson.StateOutput
+	if err := json.Unmarshal(out, &outs); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := provider.ParseNodes(outs)
 	if err != nil {
 		t.Fatal(err)
 	}

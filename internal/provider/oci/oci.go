@@ -78,11 +78,6 @@ type Renderer struct{}
 // Provider implements provider.Renderer.
 func (Renderer) Provider() tenant.Provider { return tenant.ProviderOCI }
 
-// Nodes implements provider.Renderer.
-func (Renderer) Nodes(outputsJSON []byte) ([]provider.NodeOutput, error) {
-	return provider.ParseNodes(outputsJSON)
-}
-
 // IsFlex reports whether a shape takes a shape_config.
 func IsFlex(shape string) bool { return strings.HasSuffix(shape, ".Flex") }
 

@@ -59,11 +59,6 @@ type Renderer struct{}
 // Provider implements provider.Renderer.
 func (Renderer) Provider() tenant.Provider { return tenant.ProviderOpenStack }
 
-// Nodes implements provider.Renderer.
-func (Renderer) Nodes(outputsJSON []byte) ([]provider.NodeOutput, error) {
-	return provider.ParseNodes(outputsJSON)
-}
-
 var reUUID = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)
 
 type rule struct {

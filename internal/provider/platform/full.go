@@ -26,7 +26,13 @@ func RenderFull(t *tenant.Tenant, bundle *secrets.Bundle, endpoint string) (*Ful
 	if err != nil {
 		return nil, err
 	}
-	configs, err := talos.GenerateConfigs(t, bundle, endpoint)
+	return RenderFullAt(r, t, bundle, endpoint, nil)
+}
+
+// RenderFullAt is RenderFull with renderer r and each node's config made
+// at the versions at gives it (talos.GenerateConfigsAt).
+func RenderFullAt(r provider.Renderer, t *tenant.Tenant, bundle *secrets.Bundle, endpoint string, at func(tenant.Node) talos.Versions) (*Full, error) {
+	configs, err := talos.GenerateConfigsAt(t, bundle, endpoint, at)
 	if err != nil {
 		return nil, err
 	}
