@@ -276,8 +276,11 @@ func (p *PoolInputs) number(entity string) pool.Reading {
 // the price integration's service response, brought to the entity's
 // unit).
 func (p *PoolInputs) Price() pool.Price {
-	if p.o.PriceEntity == "" || p.c.Disabled() {
+	if p.o.PriceEntity == "" {
 		return pool.Price{}
+	}
+	if p.c.Disabled() { // configured, but there is no link to read it
+		return pool.Price{Now: pool.Reading{Entity: p.o.PriceEntity}}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -239,3 +239,19 @@ func TestSubscribeEntitiesAndServiceResponse(t *testing.T) {
 		t.Errorf("return_response on a service without responses: %v", err)
 	}
 }
+
+// TestPoolInputsWithoutLink: without a WebSocket link nothing is
+// configured (the pools follow the pods), but a price entity that cannot
+// be read is unknown, not absent.
+func TestPoolInputsWithoutLink(t *testing.T) {
+	pi := NewPoolInputs(New(Options{}, nil), PoolInputsOptions{PriceEntity: "sensor.price"}, nil)
+	if err := pi.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e := pi.Energy(); e.Err != "" || e.Grid.Configured() {
+		t.Errorf("energy %+v", e)
+	}
+	if p := pi.Price(); !p.Now.Configured() || p.Now.OK {
+		t.Errorf("price %+v", p.Now)
+	}
+}
