@@ -493,7 +493,7 @@ func BenchmarkSimulatedDay(b *testing.B) {
 		rs = simAll()
 	}
 	for _, r := range rs {
-		k := strings.ReplaceAll(r.name, " ", "_")
+		k := strings.NewReplacer(", ", "_", " ", "_").Replace(r.name)
 		b.ReportMetric(r.workerHours, k+"_worker-h")
 		b.ReportMetric(r.surplusKWh, k+"_kWh-surplus")
 		b.ReportMetric(r.gridKWh, k+"_kWh-grid")
