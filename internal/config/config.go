@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -61,6 +62,7 @@ type Config struct {
 	Tofu          Tofu          `toml:"tofu"`
 	HomeAssistant HomeAssistant `toml:"homeassistant"`
 	Discovery     Discovery     `toml:"discovery"`
+	Pool          Pool          `toml:"pool"`
 	Credentials   Credentials   `toml:"credentials"`
 
 	// AddonMode is true when the configuration came from the Supervisor.
@@ -112,6 +114,19 @@ func (d Discovery) Every() time.Duration {
 	}
 	return v
 }
+
+// Pool names the Home Assistant entities the worker pools read besides
+// the Energy preferences (docs/design.md §11.2). Both are optional.
+type Pool struct {
+	// PriceEntity is the electricity price now, with a forecast in its
+	// attributes where the integration gives one (sensor.nordpool_…).
+	PriceEntity string `toml:"price_entity"`
+	// BatteryEntity is the home battery's state of charge (%).
+	BatteryEntity string `toml:"battery_entity"`
+}
+
+// entityIDRxp is a Home Assistant entity id: domain.object_id.
+var entityIDRxp = regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*\.[a-z0-9]+(_[a-z0-9]+)*$`)
 
 // Credentials are the cloud credentials; they reach tofu in its
 // environment only. Redfish's power the metal machines with a BMC.
@@ -241,6 +256,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := discovery.ParseCIDRs(c.Discovery.CIDRs); err != nil {
 		bad("discovery.cidrs", "%v", err)
+	}
+	for key, v := range map[string]string{"pool.price_entity": c.Pool.PriceEntity, "pool.battery_entity": c.Pool.BatteryEntity} {
+		if v != "" && !entityIDRxp.MatchString(v) {
+			bad(key, "%q is not a Home Assistant entity id like sensor.nordpool_kwh_se3_eur", v)
+		}
 	}
 	if v, err := time.ParseDuration(c.Discovery.Interval); err != nil || v < 10*time.Second {
 		bad("discovery.interval", "%q must be a duration of at least 10s, such as \"5m\"", c.Discovery.Interval)

@@ -50,13 +50,16 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		}
 		if e.perGroup {
 			for _, g := range t.NodeGroups {
+				if !e.forGroup(&g) {
+					continue
+				}
 				rg := r
 				rg.group = g.Name
-				cmps[e.compKey(g.Name)] = b.component(e, id, state, rg, &g)
+				cmps[e.compKey(g.Name)] = b.component(e, id, state, rg, t, &g)
 			}
 			continue
 		}
-		cmps[e.compKey("")] = b.component(e, id, state, r, nil)
+		cmps[e.compKey("")] = b.component(e, id, state, r, t, nil)
 	}
 	payload := map[string]any{
 		"device": dev,
@@ -73,7 +76,7 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 }
 
 // component renders one entity row for one device (and group).
-func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant.NodeGroup) map[string]any {
+func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, t *tenant.Tenant, g *tenant.NodeGroup) map[string]any {
 	key := e.compKey(r.group)
 	uid := devID + "_" + key
 	c := map[string]any{
@@ -119,12 +122,15 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant
 	case e.eventTopic:
 		c["state_topic"] = b.topics.event()
 		c["event_types"] = e.eventTypes
+	case e.poolEvents:
+		c["state_topic"] = b.topics.poolEvent(r)
+		c["event_types"] = e.eventTypes
 	case e.value != "":
 		c["state_topic"] = stateTopic
 		c["value_template"] = e.valueTemplate(r.group)
 		if e.attrs != "" {
 			c["json_attributes_topic"] = stateTopic
-			c["json_attributes_template"] = "{{ " + e.attrs + " }}"
+			c["json_attributes_template"] = "{{ " + e.attrsTemplate(r.group) + " }}"
 		}
 	}
 	if e.hasCommand() {
@@ -140,6 +146,9 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, g *tenant
 		c["payload_install"] = PayloadInstall
 	case "number":
 		lo, hi := tenant.CountBounds(g.Role)
+		if e.bounds != nil {
+			lo, hi = e.bounds(t, g)
+		}
 		c["min"], c["max"], c["step"], c["mode"] = lo, hi, 1, "box"
 	}
 	return c

@@ -3,6 +3,8 @@ package hass
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rezuscloud/rezuscloud/internal/logging"
@@ -62,6 +64,12 @@ type entity struct {
 
 	// perGroup: one component per node group (key and name get the group).
 	perGroup bool
+	// pooled: per group, only for groups with a pool (pool.go); bounds
+	// gives such a number's min and max; poolEvents: the entity reads the
+	// group's pool decision events.
+	pooled     bool
+	bounds     func(t *tenant.Tenant, g *tenant.NodeGroup) (lo, hi int)
+	poolEvents bool
 
 	// Commands go through the action table (request.go). action names the
 	// action a plain PRESS runs for this device; request, when set, turns
@@ -93,8 +101,9 @@ var (
 
 func onOff(field string) string { return fmt.Sprintf(onOffString, field) }
 
-// entities is the table (docs/design.md §4).
-var entities = []entity{
+// entities is the table (docs/design.md §4); the worker pools' rows are
+// in pool.go.
+var entities = slices.Concat([]entity{
 	// bridge
 	{kind: kindBridge, key: "connection", platform: "binary_sensor", name: "Connection state",
 		category: "diagnostic", class: "connectivity", stateOnAvailability: true},
@@ -209,6 +218,17 @@ var entities = []entity{
 		icon: "mdi:power-on", request: powerRequest("on")},
 	{kind: kindNode, key: "shutdown", platform: "button", name: "Shut down",
 		category: "config", icon: "mdi:power-off", request: powerRequest("off")},
+}, poolEntities)
+
+// forGroup reports whether the row has a component for group g.
+func (e *entity) forGroup(g *tenant.NodeGroup) bool { return !e.pooled || g.Pool != nil }
+
+// attrsTemplate is the row's attributes expression for a group.
+func (e *entity) attrsTemplate(group string) string {
+	if e.perGroup {
+		return strings.ReplaceAll(e.attrs, "%q", strconv.Quote(group))
+	}
+	return e.attrs
 }
 
 // hasCommand reports whether the row takes commands.

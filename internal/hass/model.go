@@ -102,6 +102,9 @@ func (b *Bridge) rebuildLocked() {
 			}
 			if e.perGroup {
 				for _, g := range t.NodeGroups {
+					if !e.forGroup(&g) {
+						continue
+					}
 					rg := r
 					rg.group = g.Name
 					routes[b.topics.command(e, rg)] = route{e, rg}
@@ -414,6 +417,8 @@ type tenantDoc struct {
 	TalosUpdate              map[string]any `json:"talos_update"`
 	KubernetesUpdate         map[string]any `json:"kubernetes_update"`
 	LastBackup               *backupDoc     `json:"last_backup"`
+
+	Pools map[string]poolDoc `json:"pools"` // pool.go
 }
 
 type nodeDoc struct {
@@ -462,6 +467,7 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 		d.TalosUpdate = updateDoc(ComponentTalos, st.TalosVersionRunning, d.TalosVersion, st.Rollout, st.Progress)
 		d.KubernetesUpdate = updateDoc(ComponentKubernetes, st.KubernetesVersionRunning, d.KubernetesVersion, st.Rollout, st.Progress)
 		d.LastBackup = backupOf(st.Backup)
+		d.Pools = poolDocs(t, st)
 		if lo := st.LastOperation; lo != nil {
 			d.LastOperation = &lastOpDoc{Name: lo.Name, Result: string(lo.Result), At: isoTime(lo.At), Message: lo.Message}
 		}

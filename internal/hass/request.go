@@ -39,6 +39,7 @@ const (
 	ActionDiscover  = "discover" // machine.go
 	ActionAdopt     = "adopt"
 	ActionPower     = "power"
+	// ActionPool is in pool.go.
 )
 
 // field bits: which request fields an action takes.
@@ -55,6 +56,9 @@ const (
 	fMAC
 	fDisk // install_disk
 	fState
+	fMode // pool.go: mode, min, max
+	fMin
+	fMax
 )
 
 // action is one row of the action table: the fields a request of the
@@ -160,6 +164,7 @@ var actions = map[string]action{
 	ActionPower: {fields: fTenant | fNode | fState, call: queued(func(ctx context.Context, c Commander, r Request) error {
 		return c.Power(ctx, r.Tenant, r.Node, r.State)
 	})},
+	ActionPool: {fields: fTenant | fGroup | fMode | fMin | fMax, optional: fMode | fMin | fMax, call: callPool},
 }
 
 // Actions lists the request actions, sorted.
@@ -216,6 +221,9 @@ type Request struct {
 	MAC         string          `json:"mac,omitempty"`
 	InstallDisk string          `json:"install_disk,omitempty"`
 	State       string          `json:"state,omitempty"`
+	Mode        *string         `json:"mode,omitempty"` // pool: off, observe, on
+	Min         *int            `json:"min,omitempty"`
+	Max         *int            `json:"max,omitempty"`
 	Transaction json.RawMessage `json:"transaction,omitempty"`
 }
 
@@ -299,6 +307,9 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		MAC         *string         `json:"mac"`
 		InstallDisk *string         `json:"install_disk"`
 		State       *string         `json:"state"`
+		Mode        *string         `json:"mode"`
+		Min         json.RawMessage `json:"min"`
+		Max         json.RawMessage `json:"max"`
 		Transaction json.RawMessage `json:"transaction"`
 	}
 	if err := dec.Decode(&body); err != nil {
@@ -339,6 +350,9 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		{fMAC, body.MAC != nil, "mac"},
 		{fDisk, body.InstallDisk != nil, "install_disk"},
 		{fState, body.State != nil, "state"},
+		{fMode, body.Mode != nil, "mode"},
+		{fMin, len(body.Min) > 0, "min"},
+		{fMax, len(body.Max) > 0, "max"},
 	} {
 		if err := present(c.bit, c.set, c.name); err != nil {
 			return req, err
@@ -354,6 +368,21 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 			return req, err
 		}
 		req.Count = &n
+	}
+	req.Mode = body.Mode
+	for _, f := range []struct {
+		raw  json.RawMessage
+		to   **int
+		name string
+	}{{body.Min, &req.Min, "min"}, {body.Max, &req.Max, "max"}} {
+		if len(f.raw) == 0 {
+			continue
+		}
+		n, err := parseCount(string(f.raw))
+		if err != nil {
+			return req, fmt.Errorf("%s %s is not a whole number >= 0", f.name, truncate(string(f.raw), 40))
+		}
+		*f.to = &n
 	}
 	return req, checkFields(req)
 }
@@ -390,6 +419,11 @@ func checkFields(req Request) error {
 	}
 	if fields&fComponent != 0 {
 		if err := checkUpgradeFields(req.Component, req.Version); err != nil {
+			return err
+		}
+	}
+	if fields&fMode != 0 {
+		if err := checkPoolFields(req); err != nil { // pool.go
 			return err
 		}
 	}

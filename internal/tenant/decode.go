@@ -228,7 +228,9 @@ var knownKeys = []string{
 	"config_patches", "oci", "openstack", "node_groups", "name", "role", "count", "machines",
 	"address", "mac", "install_disk", "shape", "ocpus", "memory_gb", "boot_volume_gb", "flavor",
 	"volume_gb", "compartment_ocid", "region", "subnet_ocid", "image_ocid", "availability_domain",
-	"network", "image", "floating_ip_pool",
+	"network", "image", "floating_ip_pool", "power", "redfish_insecure", "power_sensor",
+	"pool", "mode", "min", "max", "watts", "price_ceiling", "cheap_hours", "surplus_delay", "pending_delay",
+	"min_on", "min_off", "cooldown",
 }
 
 func suggest(k toml.Key) string {

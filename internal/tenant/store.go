@@ -149,6 +149,18 @@ func (s *Store) SetAutoApply(name string, on bool) (*Tenant, error) {
 // file does not set yet is added: top-level keys at the top, group keys
 // right after the group's header.
 func (s *Store) edit(name string, change func(*Tenant) (field, value string, err error)) (*Tenant, error) {
+	return s.editFields(name, func(t *Tenant) ([]fieldValue, error) {
+		f, v, err := change(t)
+		return []fieldValue{{f, v}}, err
+	})
+}
+
+// fieldValue is one key path and its new TOML literal.
+type fieldValue struct{ field, value string }
+
+// editFields is edit for several keys at once: all are written, in one
+// atomic write, or none (the edited file must validate).
+func (s *Store) editFields(name string, change func(*Tenant) ([]fieldValue, error)) (*Tenant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := s.Path(name)
@@ -160,17 +172,21 @@ func (s *Store) edit(name string, change func(*Tenant) (field, value string, err
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: the file has problems, fix them first:\n%w", name, err)
 	}
-	field, value, err := change(t)
+	fvs, err := change(t)
 	if err != nil {
 		return nil, err
 	}
-	out, err := setValue(data, field, value)
-	if err != nil {
-		return nil, fmt.Errorf("tenant %s: %s: %w", name, field, err)
+	out := data
+	var what []string
+	for _, fv := range fvs {
+		if out, err = setValue(out, fv.field, fv.value); err != nil {
+			return nil, fmt.Errorf("tenant %s: %s: %w", name, fv.field, err)
+		}
+		what = append(what, fv.field+" = "+fv.value)
 	}
 	nt, err := Parse(path, out)
 	if err != nil {
-		return nil, fmt.Errorf("tenant %s: %s = %s is not allowed:\n%w", name, field, value, err)
+		return nil, fmt.Errorf("tenant %s: %s is not allowed:\n%w", name, strings.Join(what, ", "), err)
 	}
 	if err := atomicfile.Write(path, out, 0o644); err != nil {
 		return nil, fmt.Errorf("tenant %s: %w", name, err)
@@ -198,7 +214,7 @@ func setValue(data []byte, field, value string) ([]byte, error) {
 			vstart++
 		}
 		vend := vstart
-		for vend < len(line) && line[vend] != ' ' && line[vend] != '\t' && line[vend] != '#' && line[vend] != '\r' {
+		for vend < len(line) && !strings.ContainsRune(" \t#\r,}", rune(line[vend])) {
 			vend++
 		}
 		var b bytes.Buffer
@@ -218,6 +234,9 @@ func setValue(data []byte, field, value string) ([]byte, error) {
 		return nil, fmt.Errorf("cannot find %s in the file", parent)
 	}
 	lineStart := p.Offset - (p.Column - 1)
+	if !bytes.HasPrefix(bytes.TrimLeft(data[lineStart:], " \t"), []byte("[")) {
+		return nil, fmt.Errorf("%s is an inline table: write it as a [table] to have %s added", parent, key)
+	}
 	nl := bytes.IndexByte(data[lineStart:], '\n')
 	if nl < 0 {
 		return append(append(slices.Clone(data), '\n'), []byte(key+" = "+value+"\n")...), nil

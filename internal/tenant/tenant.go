@@ -101,6 +101,9 @@ type NodeGroup struct {
 	// OpenStack sizing.
 	Flavor   string `toml:"flavor" json:"flavor,omitempty"`
 	VolumeGB int    `toml:"volume_gb" json:"volume_gb,omitempty"`
+
+	// Pool, when set, makes the group an energy-aware pool (pool.go).
+	Pool *Pool `toml:"pool" json:"pool,omitempty"`
 }
 
 // Machine is a bare-metal machine in a metal group's pool.
@@ -114,6 +117,10 @@ type Machine struct {
 	Power string `toml:"power" json:"power,omitempty"`
 	// RedfishInsecure skips verifying the BMC's certificate.
 	RedfishInsecure bool `toml:"redfish_insecure" json:"redfish_insecure,omitempty"`
+	// PowerSensor is the Home Assistant sensor that measures the
+	// machine's draw (its smart plug's power, W), for the pool's power
+	// and energy; "" = the pool's rated watts.
+	PowerSensor string `toml:"power_sensor" json:"power_sensor,omitempty"`
 }
 
 // NodeIndex is the index of node name in group of tenant ("<tenant>-<group>-<index>"),
@@ -388,6 +395,8 @@ type Status struct {
 	Backup *BackupInfo `json:"backup,omitempty"`
 	// BackupStale: the newest snapshot is older than twice the interval.
 	BackupStale bool `json:"backup_stale,omitempty"`
+	// Pools are the worker pools' states by group (pool.go).
+	Pools map[string]PoolStatus `json:"pools,omitempty"`
 }
 
 // Rollout is the progress of a Talos or Kubernetes upgrade.

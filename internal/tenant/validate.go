@@ -262,6 +262,7 @@ func (t *Tenant) validateGroups(pos posMap) []violation {
 			}
 		}
 		vs = append(vs, t.validateGroupPlatform(f, g, addrs)...)
+		vs = append(vs, t.validatePool(f, &t.NodeGroups[i], pos)...)
 	}
 	if controlPlanes == 0 {
 		add("node_groups", "no group has role = \"controlplane\": exactly one must hold the control plane")

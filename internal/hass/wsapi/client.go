@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,8 +181,10 @@ type Client struct {
 }
 
 type subscription struct {
-	eventType string
+	eventType string         // for logs: the event type, or the command
+	msg       map[string]any // the subscribe command (without id)
 	fn        func(json.RawMessage)
+	cancelled atomic.Bool // unsubscribed: late events are dropped
 }
 
 type delivery struct {
@@ -586,7 +589,9 @@ func (c *Client) dispatch(ctx context.Context) {
 							zap.Any("panic", r))
 					}
 				}()
-				d.sub.fn(d.event)
+				if !d.sub.cancelled.Load() {
+					d.sub.fn(d.event)
+				}
 			}()
 		}
 	}
@@ -701,7 +706,15 @@ func (c *Client) Subscribe(eventType string, fn func(json.RawMessage)) {
 	if c.Disabled() {
 		return
 	}
-	sub := &subscription{eventType: eventType, fn: fn}
+	m := map[string]any{"type": "subscribe_events"}
+	if eventType != "" {
+		m["event_type"] = eventType
+	}
+	c.subscribe(&subscription{eventType: eventType, msg: m, fn: fn})
+}
+
+// subscribe adds sub and makes it on the current connection, if any.
+func (c *Client) subscribe(sub *subscription) {
 	c.mu.Lock()
 	c.subs = append(c.subs, sub)
 	s := c.sess
@@ -713,21 +726,74 @@ func (c *Client) Subscribe(eventType string, fn func(json.RawMessage)) {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.AuthTimeout)
 		defer cancel()
 		if err := c.subscribeOn(ctx, s, sub); err != nil && !errors.Is(err, ErrConnectionLost) {
-			c.log.Warn("cannot subscribe to home assistant events", zap.String("event_type", eventType), zap.Error(err))
+			c.log.Warn("cannot subscribe to home assistant events", zap.String("event_type", sub.eventType), zap.Error(err))
 		}
 	}()
 }
 
 func (c *Client) subscribeOn(ctx context.Context, s *session, sub *subscription) error {
-	m := map[string]any{"type": "subscribe_events"}
-	if sub.eventType != "" {
-		m["event_type"] = sub.eventType
+	m := make(map[string]any, len(sub.msg)+1)
+	for k, v := range sub.msg {
+		m[k] = v
 	}
 	if _, err := c.exchange(ctx, s, m, sub); err != nil {
 		return err
 	}
 	c.log.Debug("subscribed to home assistant events", zap.String("event_type", sub.eventType))
 	return nil
+}
+
+// SubscribeEntities follows the states of entityIDs with Home Assistant's
+// subscribe_entities: fn gets each event as HA sends it, first the
+// current states ({"a": {entity_id: compressed state}}), then every
+// change ({"c": …}, {"a": …} for a new entity, {"r": […]} for a removed
+// one); EntityStates.Apply reads them. Like Subscribe, it is made again
+// on every connection (with the current states again) and fn runs on the
+// dispatch goroutine. cancel ends it (unsubscribe_events).
+//
+// subscribe_entities, rather than subscribe_trigger or state_changed
+// events: one command gives the current states and then the changes with
+// nothing missed in between (HA sends both from one event-loop callback),
+// only for the entities asked for, compressed, and it needs no admin
+// rights (the frontend's own subscription).
+func (c *Client) SubscribeEntities(entityIDs []string, fn func(json.RawMessage)) (cancel func()) {
+	if c.Disabled() {
+		return func() {}
+	}
+	ids := append([]string(nil), entityIDs...)
+	sub := &subscription{eventType: "subscribe_entities", msg: map[string]any{"type": "subscribe_entities", "entity_ids": ids}, fn: fn}
+	c.subscribe(sub)
+	return func() { c.unsubscribe(sub) }
+}
+
+// unsubscribe drops sub for good and ends it on the current connection.
+func (c *Client) unsubscribe(sub *subscription) {
+	sub.cancelled.Store(true)
+	c.mu.Lock()
+	c.subs = slices.DeleteFunc(c.subs, func(x *subscription) bool { return x == sub })
+	s := c.sess
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var id int64
+	for i, x := range s.subs {
+		if x == sub {
+			id = i
+			delete(s.subs, i)
+		}
+	}
+	s.mu.Unlock()
+	if id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.AuthTimeout)
+	defer cancel()
+	if _, err := c.roundTrip(ctx, s, map[string]any{"type": "unsubscribe_events", "subscription": id}); err != nil &&
+		!errors.Is(err, ErrConnectionLost) {
+		c.log.Debug("unsubscribe from home assistant", zap.Error(err))
+	}
 }
 
 // FireEvent fires eventType with data (a JSON object, or nil) in Home Assistant.
@@ -748,6 +814,27 @@ func (c *Client) CallService(ctx context.Context, domain, service string, data a
 	}
 	_, err := c.Call(ctx, m)
 	return err
+}
+
+// CallServiceResponse calls domain.service with data and
+// return_response, and gives the service's response (the "response" of
+// the result).
+func (c *Client) CallServiceResponse(ctx context.Context, domain, service string, data any) (json.RawMessage, error) {
+	m := map[string]any{"type": "call_service", "domain": domain, "service": service, "return_response": true}
+	if data != nil {
+		m["service_data"] = data
+	}
+	raw, err := c.Call(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Response json.RawMessage `json:"response"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("call_service %s.%s: unexpected result: %w", domain, service, err)
+	}
+	return res.Response, nil
 }
 
 // redact removes the token from text that may echo it.

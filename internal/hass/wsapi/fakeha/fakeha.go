@@ -8,7 +8,11 @@
 // notification table like HA's), the entity registry commands
 // (config/entity_registry/list, get, update) and Assist exposure
 // (homeassistant/expose_entity and its list) over an entity registry the
-// test fills (registry.go), and result messages with HA's error codes.
+// test fills (registry.go), a state machine with attributes (get_states,
+// subscribe_entities with HA's compressed states and diffs, state_changed
+// events), energy/get_prefs, services that return responses
+// (return_response), and result messages with HA's error codes
+// (states.go).
 //
 // It checks the client: every message after auth must carry an integer id
 // greater than the previous one on that connection. A violation is answered
@@ -108,6 +112,10 @@ type conn struct {
 	wmu    sync.Mutex
 	lastID int64
 	subs   map[int64]string // subscription id -> event type ("" = all)
+	// entitySubs are the subscribe_entities subscriptions: id -> the
+	// entities followed (empty: all). They are in subs too (as
+	// "subscribe_entities"), so unsubscribe_events ends them.
+	entitySubs map[int64]map[string]bool
 }
 
 // New starts a fake Home Assistant that accepts token. Close it when done.
@@ -418,6 +426,7 @@ func (s *Server) handle(c *conn, raw []byte) {
 		Service      string          `json:"service"`
 		ServiceData  json.RawMessage `json:"service_data"`
 		Target       json.RawMessage `json:"target"`
+		Return       bool            `json:"return_response"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.UseNumber()
@@ -461,6 +470,7 @@ func (s *Server) handle(c *conn, raw []byte) {
 		s.mu.Lock()
 		_, found := c.subs[msg.Subscription]
 		delete(c.subs, msg.Subscription)
+		delete(c.entitySubs, msg.Subscription)
 		s.cond.Broadcast()
 		s.mu.Unlock()
 		if !found {
@@ -483,15 +493,15 @@ func (s *Server) handle(c *conn, raw []byte) {
 		ctx := s.fire(msg.EventType, data)
 		c.ok(id, map[string]any{"context": ctx})
 	case "call_service":
-		s.callService(c, id, msg.Domain, msg.Service, msg.ServiceData, msg.Target)
+		s.callService(c, id, msg.Domain, msg.Service, msg.ServiceData, msg.Target, msg.Return)
 	default:
-		if !s.handleRegistry(c, id, msg.Type, raw) && !s.handleStates(c, id, msg.Type) {
+		if !s.handleRegistry(c, id, msg.Type, raw) && !s.handleStates(c, id, msg.Type, raw) {
 			c.fail(id, "unknown_command", "Unknown command.")
 		}
 	}
 }
 
-func (s *Server) callService(c *conn, id int64, domain, service string, data, target json.RawMessage) {
+func (s *Server) callService(c *conn, id int64, domain, service string, data, target json.RawMessage, returnResponse bool) {
 	if len(data) == 0 || string(data) == "null" {
 		data = json.RawMessage("{}")
 	}
@@ -504,7 +514,11 @@ func (s *Server) callService(c *conn, id int64, domain, service string, data, ta
 		c.fail(id, fail.Code, fail.Message)
 		return
 	}
-	s.serviceEffect(ServiceCall{Domain: domain, Service: service, ServiceData: data, Target: target}) // states.go
+	call := ServiceCall{Domain: domain, Service: service, ServiceData: data, Target: target}
+	s.serviceEffect(call) // states.go
+	if s.serviceResponse(c, id, call, returnResponse) {
+		return
+	}
 	if domain == "persistent_notification" {
 		var d struct {
 			NotificationID string `json:"notification_id"`

@@ -29,6 +29,9 @@ type Entity struct {
 	Aliases      []*string
 	Options      map[string]map[string]any
 	ID           string // the registry's own id; set by AddEntity when empty
+	// ConfigEntryID is the integration entry the entity belongs to
+	// ("fakemqttentry" when empty).
+	ConfigEntryID string
 }
 
 // Command is one registry or exposure command the fake received.
@@ -487,8 +490,12 @@ func partialDict(e *Entity) map[string]any {
 	for k, v := range e.Options {
 		opts[k] = v
 	}
+	entry := e.ConfigEntryID
+	if entry == "" {
+		entry = "fakemqttentry"
+	}
 	return map[string]any{
-		"area_id": nil, "categories": map[string]any{}, "config_entry_id": "fakemqttentry",
+		"area_id": nil, "categories": map[string]any{}, "config_entry_id": entry,
 		"config_subentry_id": nil, "created_at": 0.0, "device_id": nil, "disabled_by": nil,
 		"entity_category": nil, "entity_id": e.EntityID, "has_entity_name": true, "hidden_by": nil,
 		"icon": nil, "id": e.ID, "labels": []string{}, "modified_at": 0.0, "name": e.Name,
