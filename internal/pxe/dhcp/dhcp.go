@@ -36,24 +36,24 @@ const (
 
 // Option codes used here.
 const (
-	OptPad          byte = 0
-	OptOverload     byte = 52
-	OptMessageType  byte = 53
-	OptServerID     byte = 54
-	OptParamList    byte = 55
-	OptMaxSize      byte = 57
-	OptVendorClass  byte = 60
-	OptTFTPServer   byte = 66
-	OptBootFile     byte = 67
-	OptUserClass    byte = 77
-	OptClientArch   byte = 93 // RFC 4578
-	OptClientNDI    byte = 94 // RFC 4578
-	OptClientGUID   byte = 97 // RFC 4578
-	OptVendorSpec   byte = 43
-	OptEnd          byte = 255
-	headerLen            = 236
-	minLen               = headerLen + 4 // header and magic cookie
-	MaxLen               = 1500 - 20 - 8 // one Ethernet frame of IPv4 UDP
+	OptPad         byte = 0
+	OptOverload    byte = 52
+	OptMessageType byte = 53
+	OptServerID    byte = 54
+	OptParamList   byte = 55
+	OptMaxSize     byte = 57
+	OptVendorClass byte = 60
+	OptTFTPServer  byte = 66
+	OptBootFile    byte = 67
+	OptUserClass   byte = 77
+	OptClientArch  byte = 93 // RFC 4578
+	OptClientNDI   byte = 94 // RFC 4578
+	OptClientGUID  byte = 97 // RFC 4578
+	OptVendorSpec  byte = 43
+	OptEnd         byte = 255
+	headerLen           = 236
+	minLen              = headerLen + 4 // header and magic cookie
+	MaxLen              = 1500 - 20 - 8 // one Ethernet frame of IPv4 UDP
 )
 
 var magic = [4]byte{99, 130, 83, 99}
