@@ -96,17 +96,19 @@ func (s Server) base() string {
 	return "http://" + net.JoinHostPort(s.IP.String(), strconv.Itoa(s.HTTPPort))
 }
 
-// ScriptURL is the boot script of the machine with this MAC.
-func (s Server) ScriptURL(mac net.HardwareAddr) string {
-	return s.base() + "/ipxe/" + MACPath(mac) + "/boot.ipxe"
+// ScriptURL is the boot script of the machine with this MAC and
+// architecture.
+func (s Server) ScriptURL(arch string, mac net.HardwareAddr) string {
+	return s.base() + "/ipxe/" + arch + "/" + MACPath(mac) + "/boot.ipxe"
 }
 
 // BinaryURL is an iPXE binary served over HTTP (UEFI HTTP boot).
 func (s Server) BinaryURL(name string) string { return s.base() + "/ipxe/" + name }
 
-// AssetURL is a cached boot asset.
-func (s Server) AssetURL(img Image, name string) string {
-	return s.base() + "/assets/" + img.Schematic + "/" + img.Version + "/" + name
+// AssetURL is a cached boot asset as the machine with this MAC fetches it
+// (the responder serves it only to a machine that boots this image).
+func (s Server) AssetURL(mac net.HardwareAddr, img Image, name string) string {
+	return s.base() + "/assets/" + MACPath(mac) + "/" + img.Schematic + "/" + img.Version + "/" + name
 }
 
 // MACPath is a MAC as it appears in URLs: hyphens, lower case
@@ -137,7 +139,7 @@ type Answer struct {
 func DHCPAnswer(fw Firmware, arch string, mac net.HardwareAddr, s Server) Answer {
 	switch fw {
 	case IPXE:
-		return Answer{File: s.ScriptURL(mac)}
+		return Answer{File: s.ScriptURL(arch, mac)}
 	case UEFIHTTP:
 		return Answer{File: s.BinaryURL(BinaryName(fw, arch)), HTTPClient: true}
 	}

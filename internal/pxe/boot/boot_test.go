@@ -61,7 +61,7 @@ func TestDHCPAnswer(t *testing.T) {
 		{UEFI, "amd64", Answer{File: "ipxe.efi", TFTP: true}},
 		{UEFI, "arm64", Answer{File: "snp-arm64.efi", TFTP: true}},
 		{UEFIHTTP, "amd64", Answer{File: "http://10.0.0.2:8098/ipxe/ipxe.efi", HTTPClient: true}},
-		{IPXE, "amd64", Answer{File: "http://10.0.0.2:8098/ipxe/52-54-00-12-34-56/boot.ipxe"}},
+		{IPXE, "amd64", Answer{File: "http://10.0.0.2:8098/ipxe/amd64/52-54-00-12-34-56/boot.ipxe"}},
 	}
 	for _, c := range cases {
 		if got := DHCPAnswer(c.fw, c.arch, mac, srv); got != c.want {
@@ -135,8 +135,8 @@ func TestScripts(t *testing.T) {
 	s := MaintenanceScript(srv, img, "talos.platform=metal\nconsole=ttyS0  ", mac)
 	for _, want := range []string{
 		"#!ipxe\n",
-		"kernel http://10.0.0.2:8098/assets/" + tsch + "/v1.12.4/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0\n",
-		"initrd http://10.0.0.2:8098/assets/" + tsch + "/v1.12.4/initramfs-amd64.xz\n",
+		"kernel http://10.0.0.2:8098/assets/52-54-00-12-34-56/" + tsch + "/v1.12.4/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0\n",
+		"initrd http://10.0.0.2:8098/assets/52-54-00-12-34-56/" + tsch + "/v1.12.4/initramfs-amd64.xz\n",
 		"boot\n",
 	} {
 		if !strings.Contains(s, want) {
@@ -149,7 +149,7 @@ func TestScripts(t *testing.T) {
 	if s := LocalBootScript(mac); !strings.HasSuffix(s, "\nexit\n") {
 		t.Errorf("local boot script: %q", s)
 	}
-	if s := WaitScript(srv, mac, "fetching\nassets", 10); !strings.Contains(s, "echo rezuscloud: fetching assets\nsleep 10\nchain --replace http://10.0.0.2:8098/ipxe/52-54-00-12-34-56/boot.ipxe\n") {
+	if s := WaitScript(srv, "amd64", mac, "fetching\nassets", 10); !strings.Contains(s, "echo rezuscloud: fetching assets\nsleep 10\nchain --replace http://10.0.0.2:8098/ipxe/amd64/52-54-00-12-34-56/boot.ipxe\n") {
 		t.Errorf("wait script: %q", s)
 	}
 }

@@ -18,7 +18,7 @@ echo rezuscloud: %s boots Talos %s %s in maintenance mode
 kernel %s initrd=%s %s
 initrd %s
 boot
-`, mac, img.Version, img.Arch, s.AssetURL(img, KernelName(img.Arch)), initrd, oneLine(cmdline), s.AssetURL(img, initrd))
+`, mac, img.Version, img.Arch, s.AssetURL(mac, img, KernelName(img.Arch)), initrd, oneLine(cmdline), s.AssetURL(mac, img, initrd))
 }
 
 // LocalBootScript leaves iPXE so the firmware boots the next device, the
@@ -29,8 +29,8 @@ func LocalBootScript(mac net.HardwareAddr) string {
 
 // WaitScript tells the machine why it cannot boot yet and asks again later
 // (the boot assets are being fetched, or fetching them failed).
-func WaitScript(s Server, mac net.HardwareAddr, why string, seconds int) string {
-	return fmt.Sprintf("#!ipxe\necho rezuscloud: %s\nsleep %d\nchain --replace %s\n", oneLine(why), seconds, s.ScriptURL(mac))
+func WaitScript(s Server, arch string, mac net.HardwareAddr, why string, seconds int) string {
+	return fmt.Sprintf("#!ipxe\necho rezuscloud: %s\nsleep %d\nchain --replace %s\n", oneLine(why), seconds, s.ScriptURL(arch, mac))
 }
 
 // oneLine keeps text on one script line (no newline can start a command).
