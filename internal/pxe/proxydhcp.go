@@ -50,14 +50,24 @@ func (r *Responder) serveDHCP(ctx context.Context, conn net.PacketConn, port int
 	}
 }
 
-// replyAddr is where an answer goes: a relay's giaddr, the broadcast
-// address on port 67 (the client has no address yet), the sender on 4011.
+// replyAddr is where an answer goes (RFC 2131 §4.1): a relay's giaddr;
+// the broadcast address on port 67 (the client has no address yet) and on
+// 4011 when the client sets the broadcast flag (iPXE does: it takes its
+// address only once DHCP is done); else the sender.
 func replyAddr(reply *dhcp.Packet, port int, from net.Addr) net.Addr {
 	if reply.GIAddr.IsValid() && !reply.GIAddr.IsUnspecified() {
 		return net.UDPAddrFromAddrPort(netip.AddrPortFrom(reply.GIAddr, 67))
 	}
-	if port == 67 {
+	ua, _ := from.(*net.UDPAddr)
+	switch {
+	case port == 67:
 		return &net.UDPAddr{IP: net.IPv4bcast, Port: 68}
+	case reply.Flags&0x8000 != 0 || !reply.CIAddr.IsValid() || reply.CIAddr.IsUnspecified() || ua == nil:
+		p := 68
+		if ua != nil {
+			p = ua.Port
+		}
+		return &net.UDPAddr{IP: net.IPv4bcast, Port: p}
 	}
 	return from
 }
@@ -110,8 +120,9 @@ func (r *Responder) answerDHCP(b []byte, port int) (*dhcp.Packet, *Event, bool) 
 
 // proxyReply is a proxy DHCP answer (PXE spec §2.2): the client's header
 // echoed, no address offered (yiaddr 0), our address as server identifier
-// and next server, the PXE vendor class and the boot file; PXE discovery
-// control 8 (boot the file named, no menu).
+// and next server (iPXE takes an offer's boot file only with a next
+// server), the PXE vendor class and the boot file; PXE discovery control 8
+// (boot the file named, no menu).
 func proxyReply(req *dhcp.Packet, server netip.Addr, ans boot.Answer, guid []byte, port int) *dhcp.Packet {
 	typ := dhcp.Offer
 	if port == 4011 {
@@ -119,7 +130,7 @@ func proxyReply(req *dhcp.Packet, server netip.Addr, ans boot.Answer, guid []byt
 	}
 	rep := &dhcp.Packet{
 		Op: dhcp.BootReply, HType: req.HType, HLen: req.HLen, XID: req.XID, Flags: req.Flags,
-		CIAddr: netip.IPv4Unspecified(), YIAddr: netip.IPv4Unspecified(), SIAddr: netip.IPv4Unspecified(), GIAddr: req.GIAddr,
+		CIAddr: netip.IPv4Unspecified(), YIAddr: netip.IPv4Unspecified(), SIAddr: server, GIAddr: req.GIAddr,
 		CHAddr: req.CHAddr,
 		Options: dhcp.Options{
 			dhcp.OptMessageType: {typ},
@@ -137,7 +148,6 @@ func proxyReply(req *dhcp.Packet, server netip.Addr, ans boot.Answer, guid []byt
 		rep.Options[dhcp.OptVendorSpec] = []byte{6, 1, 8, 255} // PXE_DISCOVERY_CONTROL: boot the file
 	}
 	if ans.TFTP {
-		rep.SIAddr = server
 		rep.Options[dhcp.OptTFTPServer] = []byte(server.String())
 	}
 	if len(ans.File) <= 127 {

@@ -132,6 +132,7 @@ type Responder struct {
 	problem string
 	refused map[string]time.Time // "<mac> <reason>" -> last reported
 	ctx     context.Context
+	ready   chan struct{}
 }
 
 // New checks the options, finds the interface and its address, and
@@ -167,7 +168,7 @@ func New(o Options) (*Responder, error) {
 	if o.ARP == nil {
 		o.ARP = procARP
 	}
-	r := &Responder{o: o, refused: map[string]time.Time{}, ctx: context.Background()}
+	r := &Responder{o: o, refused: map[string]time.Time{}, ctx: context.Background(), ready: make(chan struct{})}
 	ifname := o.Interface
 	if ifname == "" {
 		var err error
@@ -260,6 +261,7 @@ func (r *Responder) Run(ctx context.Context) error {
 	r.o.Log.Info("network boot responder up", zap.String("interface", r.iface.Name), zap.Stringer("address", r.server.IP),
 		zap.Int("http_port", r.server.HTTPPort), zap.Strings("arch", r.o.Arches))
 	r.publishAssets()
+	close(r.ready)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, 4)
@@ -283,6 +285,9 @@ func (r *Responder) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	return first
 }
+
+// Ready is closed once Run listens on every port.
+func (r *Responder) Ready() <-chan struct{} { return r.ready }
 
 // SetWindow opens "Let new machines boot" for the configured time, or
 // closes it.

@@ -180,8 +180,11 @@ func TestAnswerDHCP(t *testing.T) {
 			if len(p.Options[dhcp.OptClientGUID]) != 17 {
 				t.Fatal("the client GUID was not echoed")
 			}
-			if strings.HasPrefix(c.file, "http") == (p.SIAddr == netip.MustParseAddr("10.9.0.2")) {
-				t.Fatalf("siaddr %s for boot file %s", p.SIAddr, c.file)
+			if p.SIAddr != netip.MustParseAddr("10.9.0.2") {
+				t.Fatalf("siaddr %s: iPXE takes the boot file only with a next server", p.SIAddr)
+			}
+			if _, tftp := p.Options[dhcp.OptTFTPServer]; tftp == strings.HasPrefix(c.file, "http") {
+				t.Fatalf("option 66 for boot file %s: %v", c.file, tftp)
 			}
 		})
 	}
