@@ -174,6 +174,7 @@ type Bridge struct {
 	subscribed   map[string]bool   // subscription filters active on this connection
 	birthTimer   *time.Timer
 	events       [][]byte // operation events not yet sent (the broker may be away)
+	pxe          pxeState // network boot (pxe.go)
 	// instance is this process's id on <base>/bridge/instance; another id
 	// seen there is a second rezuscloud on the same base topic.
 	instance     string
@@ -640,6 +641,9 @@ func (b *Bridge) syncOnce() error {
 	send(disc)
 	send(state)
 	if err := b.sendEvents(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if err := b.sendPXEEvents(); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	if len(clear)+len(disc)+len(state) > 0 {

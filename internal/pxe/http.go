@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/rezuscloud/rezuscloud/internal/pxe/assets"
 	"github.com/rezuscloud/rezuscloud/internal/pxe/boot"
 )
@@ -74,6 +76,7 @@ func (r *Responder) serveScript(w http.ResponseWriter, req *http.Request) {
 	}
 	d := r.decide(mac, arch)
 	var script string
+	wait := false
 	ev := Event{Type: d.Action, MAC: mac.String(), Reason: d.Reason}
 	switch d.Action {
 	case boot.Refuse:
@@ -89,8 +92,10 @@ func (r *Responder) serveScript(w http.ResponseWriter, req *http.Request) {
 			script = boot.MaintenanceScript(r.server, set.Image, set.Cmdline, mac)
 			ev.Reason = d.Reason + ": " + d.Image.String()
 		case assets.Fetching:
+			// not an event: the machine asks again in a few seconds
 			script = boot.WaitScript(r.server, arch, mac, "fetching "+d.Image.String()+" from the Image Factory", retrySeconds)
-			ev = Event{Type: boot.Refuse, MAC: mac.String(), Reason: "boot assets of " + d.Image.String() + " are being fetched: the machine asks again"}
+			r.o.Log.Info("network boot waits for its boot assets", zap.String("mac", mac.String()), zap.String("image", d.Image.String()))
+			wait = true
 		default:
 			r.setProblem(err.Error())
 			script = boot.WaitScript(r.server, arch, mac, "cannot boot: "+err.Error(), retrySeconds*6)
@@ -101,6 +106,9 @@ func (r *Responder) serveScript(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(script))
+	if wait {
+		return
+	}
 	ev.Bytes, ev.Duration = int64(len(script)), time.Since(start)
 	r.emit(r.httpEvent(req, ev))
 }
