@@ -291,7 +291,8 @@ func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }
 // the Redfish credentials.
 func powerOptions(cfg config.Config, ha *wsapi.Client) engine.PowerOptions {
 	o := engine.PowerOptions{Redfish: redfish.Options{Username: cfg.Credentials.Redfish.Username,
-		Password: cfg.Credentials.Redfish.Password.Reveal()}}
+		Password: cfg.Credentials.Redfish.Password.Reveal()},
+		IPMI: power.IPMICredentials{Username: cfg.Credentials.IPMI.Username, Password: cfg.Credentials.IPMI.Password.Reveal()}}
 	if ha != nil {
 		o.HA = power.FromWS(ha)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
+	"github.com/bougou/go-ipmi/pkg/types"
 )
 
 // IPMICredentials log in to the BMCs of power = "ipmi://…" machines
@@ -91,9 +92,15 @@ func (p *IPMI) session(ctx context.Context) (*client.Client, error) {
 	if t <= 0 {
 		t = 5 * time.Second
 	}
-	c = c.WithTimeout(t).WithRetry(1)
+	// cipher suite 17 (HMAC-SHA256, AES-128) where the BMC has it, else 3
+	// (HMAC-SHA1, AES-128), the one every IPMI 2.0 BMC has; the library's
+	// longer default list waits out suites a BMC ignores
+	c = c.WithTimeout(t).WithRetry(1).WithCipherSuiteID(types.CipherSuiteID17, types.CipherSuiteID3)
 	if err := c.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("ipmi %s: the BMC refused the session for user %q (check ipmi.username and ipmi.password): %w", p.addr(), p.Credentials.Username, err)
+		if msg := strings.ToLower(err.Error()); strings.Contains(msg, "rakp") || strings.Contains(msg, "authentication failed") || strings.Contains(msg, "unauthorized") {
+			return nil, fmt.Errorf("ipmi %s: the BMC refused the login of user %q (check ipmi.username and ipmi.password): %w", p.addr(), p.Credentials.Username, err)
+		}
+		return nil, fmt.Errorf("ipmi %s: no IPMI session (is the BMC reachable on UDP port %d, with IPMI over LAN on?): %w", p.addr(), p.Port, err)
 	}
 	return c, nil
 }
