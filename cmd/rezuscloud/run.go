@@ -114,7 +114,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	}
 	defer runner.Close(context.Background())
 
-	pubs := fanout{print: hooks.printEvents}
+	pubs := fanout{print: hooks.printEvents, boot: newBootInventory()}
 	store := &tenant.Store{Dir: cfg.TenantsDir}
 	shareDir := ""
 	if cfg.AddonMode {
@@ -169,6 +169,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		},
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
+	defer startPXE(ctx, cfg, bridge, pubs.boot, log.Named("pxe"))() // network boot, when [pxe] enabled (pxe.go)
 	// voice: expose a curated set to Assist (assist_expose), or withdraw it
 	pubs.assist = wsapi.NewAssist(haClient, wsapi.AssistOptions{Enabled: cfg.HomeAssistant.AssistExpose,
 		StateFile: filepath.Join(cfg.DataDir, "assist.json")}, log.Named("assist"))
@@ -269,9 +270,11 @@ type fanout struct {
 	assist    *wsapi.Assist
 	baseTopic string
 	print     io.Writer
+	boot      *bootInventory // the network-boot responder's view (pxe.go)
 }
 
 func (f *fanout) SetTenants(ts []*tenant.Tenant) {
+	f.boot.setTenants(ts)
 	f.bridge.SetTenants(ts)
 	f.assist.SetEntities(hass.AssistEntities(f.baseTopic, ts))
 }
@@ -279,12 +282,13 @@ func (f *fanout) SetTenantStatus(name string, st tenant.Status) {
 	f.bridge.SetTenantStatus(name, st)
 }
 func (f *fanout) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
+	f.boot.setNodeStatus(tn, node, st)
 	f.bridge.SetNodeStatus(tn, node, st)
 }
 func (f *fanout) SetBridgeStatus(n int) { f.bridge.SetBridgeStatus(n) }
 
 // SetMachines shows the machines found on the LAN (engine.MachinePublisher).
-func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }
+func (f *fanout) SetMachines(ms []talos.Machine) { f.boot.setMachines(ms); f.bridge.SetMachines(ms) }
 
 // powerOptions give the engine entity power through the WebSocket client
 // (none without it: an entity's power then says the link is missing) and
