@@ -176,7 +176,7 @@ func needVM(t *testing.T) (kernel string) {
 	}
 	_ = exec.Command("ip", "netns", "del", probe).Run()
 	for _, bin := range []string{"qemu-system-x86_64", "dnsmasq"} {
-		if _, err := exec.LookPath(bin); err != nil {
+		if _, err := lookPath(bin); err != nil {
 			t.Fatalf("%s is missing: run make pxe-deps (Debian's qemu-system-x86, ipxe-qemu, ipxe, ovmf, dnsmasq-base, linux-image-cloud-amd64)", bin)
 		}
 	}
@@ -231,7 +231,8 @@ func (l *lab) startRouter() {
 	}, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", l.rtr, "dnsmasq", "--keep-in-foreground", "--conf-file="+conf)
+	dnsmasq, _ := lookPath("dnsmasq")
+	cmd := exec.Command("ip", "netns", "exec", l.rtr, dnsmasq, "--keep-in-foreground", "--conf-file="+conf)
 	logf, err := os.Create(filepath.Join(l.dir, "dnsmasq.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -617,6 +618,15 @@ func TestNetworkBootVM(t *testing.T) {
 	l.mu.Lock()
 	t.Logf("measure: responder process over the whole test: %s", l.stats)
 	l.mu.Unlock()
+}
+
+// lookPath finds a program on PATH or in /usr/sbin (dnsmasq lives there
+// and a user's PATH may lack it).
+func lookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return exec.LookPath(filepath.Join("/usr/sbin", name))
 }
 
 func fileSize(t *testing.T, p string) int64 {
