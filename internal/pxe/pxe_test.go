@@ -65,7 +65,7 @@ func newFixture(t *testing.T, now func() time.Time) *fixture { return newFixture
 
 // newFixtureFactory: withFactory false starts no stand-in factory (a
 // synctest bubble cannot hold a server blocked on the network).
-func newFixtureFactory(t *testing.T, now func() time.Time, withFactory bool) *fixture {
+func newFixtureFactory(t testing.TB, now func() time.Time, withFactory bool) *fixture {
 	t.Helper()
 	bins := t.TempDir()
 	for _, n := range []string{"undionly.kpxe", "ipxe.efi"} {
@@ -100,7 +100,7 @@ func newFixtureFactory(t *testing.T, now func() time.Time, withFactory bool) *fi
 }
 
 // pxePacket is a PXE client's request.
-func pxePacket(t *testing.T, mac net.HardwareAddr, typ byte, arch uint16, vendor string, ipxe bool) []byte {
+func pxePacket(t testing.TB, mac net.HardwareAddr, typ byte, arch uint16, vendor string, ipxe bool) []byte {
 	t.Helper()
 	p := &dhcp.Packet{Op: dhcp.BootRequest, HType: 1, HLen: 6, XID: 42, Flags: 0x8000, Options: dhcp.Options{
 		dhcp.OptMessageType: {typ}, dhcp.OptVendorClass: []byte(vendor), dhcp.OptClientArch: {byte(arch >> 8), byte(arch)},

@@ -33,7 +33,7 @@ func (f *fixture) transfers() []Transfer {
 }
 
 // start serves a root with a few files on loopback.
-func start(t *testing.T, files map[string][]byte) *fixture {
+func start(t testing.TB, files map[string][]byte) *fixture {
 	t.Helper()
 	top := t.TempDir()
 	dir := filepath.Join(top, "root")
@@ -80,7 +80,7 @@ func start(t *testing.T, files map[string][]byte) *fixture {
 	return f
 }
 
-func random(t *testing.T, n int) []byte {
+func random(t testing.TB, n int) []byte {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
