@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/hasstest"
-	"github.com/rezuscloud/rezuscloud/internal/testenv"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
 // TestNetworkBootEntities: with a responder the bridge shows "Let new
