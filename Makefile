@@ -11,7 +11,7 @@ export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build build-demo tools test bench lint demo mosquitto fuzz clean
+.PHONY: all build build-demo tools test bench lint demo mosquitto pxe-deps fuzz clean
 
 all: build
 
@@ -37,16 +37,29 @@ mosquitto:
 	  { echo "installing mosquitto and mosquitto-clients"; apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; }
 
-test: mosquitto tools
+# The network-boot and IPMI tests' real peers, from Debian's packages:
+# dnsmasq (the LAN's DHCP server), QEMU with its iPXE ROMs and OVMF (the
+# machines), the iPXE binaries the responder serves, a kernel for the VMs
+# to boot, and OpenIPMI's ipmi_sim (the BMC).
+PXE_DEBS := dnsmasq-base qemu-system-x86 seabios ipxe-qemu ipxe ovmf openipmi linux-image-cloud-amd64
+pxe-deps:
+	@command -v dnsmasq >/dev/null 2>&1 && command -v qemu-system-x86_64 >/dev/null 2>&1 && command -v ipmi_sim >/dev/null 2>&1 && \
+	  test -e /usr/lib/ipxe/ipxe.efi && test -e /usr/lib/ipxe/qemu/pxe-virtio.rom && test -e /usr/share/OVMF/OVMF_CODE_4M.fd && \
+	  ls /boot/vmlinuz-* >/dev/null 2>&1 || \
+	  { echo "installing $(PXE_DEBS)"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PXE_DEBS); }
+
+test: mosquitto pxe-deps tools
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-bench: mosquitto tools
+bench: mosquitto pxe-deps tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzTenantFile -fuzztime 60s ./internal/tenant
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/pxe/dhcp
 
 lint:
 	$(GO) vet ./...

@@ -169,6 +169,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		},
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
+	defer startPXE(ctx, cfg, bridge, bootInventory(eng), log.Named("pxe"))() // network boot, when [pxe] enabled (pxe.go)
 	// voice: expose a curated set to Assist (assist_expose), or withdraw it
 	pubs.assist = wsapi.NewAssist(haClient, wsapi.AssistOptions{Enabled: cfg.HomeAssistant.AssistExpose,
 		StateFile: filepath.Join(cfg.DataDir, "assist.json")}, log.Named("assist"))
@@ -290,7 +291,8 @@ func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }
 // the Redfish credentials.
 func powerOptions(cfg config.Config, ha *wsapi.Client) engine.PowerOptions {
 	o := engine.PowerOptions{Redfish: redfish.Options{Username: cfg.Credentials.Redfish.Username,
-		Password: cfg.Credentials.Redfish.Password.Reveal()}}
+		Password: cfg.Credentials.Redfish.Password.Reveal()},
+		IPMI: power.IPMICredentials{Username: cfg.Credentials.IPMI.Username, Password: cfg.Credentials.IPMI.Password.Reveal()}}
 	if ha != nil {
 		o.HA = power.FromWS(ha)
 	}

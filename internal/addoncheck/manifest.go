@@ -223,6 +223,7 @@ func CheckConfig(file string, data []byte) (Manifest, []error) {
 		}
 	}
 	man.Options, man.Schema = checkOptions(r, get(root, "options"), get(root, "schema"))
+	checkHostNetwork(r, root, man.Schema) // netboot.go
 	return man, r.errs
 }
 

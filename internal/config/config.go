@@ -63,6 +63,7 @@ type Config struct {
 	HomeAssistant HomeAssistant `toml:"homeassistant"`
 	Discovery     Discovery     `toml:"discovery"`
 	Pool          Pool          `toml:"pool"`
+	PXE           PXE           `toml:"pxe"`
 	Credentials   Credentials   `toml:"credentials"`
 
 	// AddonMode is true when the configuration came from the Supervisor.
@@ -129,11 +130,20 @@ type Pool struct {
 var entityIDRxp = regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*\.[a-z0-9]+(_[a-z0-9]+)*$`)
 
 // Credentials are the cloud credentials; they reach tofu in its
-// environment only. Redfish's power the metal machines with a BMC.
+// environment only. Redfish's and IPMI's power the metal machines with a
+// BMC.
 type Credentials struct {
 	OCI       OCICredentials       `toml:"oci"`
 	OpenStack OpenStackCredentials `toml:"openstack"`
 	Redfish   RedfishCredentials   `toml:"redfish"`
+	IPMI      IPMICredentials      `toml:"ipmi"`
+}
+
+// IPMICredentials log in to the BMCs of power = "ipmi://…" machines
+// (IPMI v2.0 RMCP+).
+type IPMICredentials struct {
+	Username string `toml:"username"`
+	Password Secret `toml:"password"`
 }
 
 // RedfishCredentials log in to the BMCs of power = "redfish+https://…"
@@ -176,6 +186,7 @@ func Default() Config {
 		},
 		Tofu:      Tofu{Binary: "tofu", ParallelApplies: 2},
 		Discovery: Discovery{Interval: "5m"},
+		PXE:       PXE{HTTPPort: DefaultPXEHTTPPort, Window: "30m", Arch: []string{"amd64"}},
 		Credentials: Credentials{OpenStack: OpenStackCredentials{
 			UserDomainName: "Default", ProjectDomainName: "Default",
 		}},
@@ -265,6 +276,15 @@ func (c *Config) Validate() error {
 	if v, err := time.ParseDuration(c.Discovery.Interval); err != nil || v < 10*time.Second {
 		bad("discovery.interval", "%q must be a duration of at least 10s, such as \"5m\"", c.Discovery.Interval)
 	}
+	for _, e := range c.PXE.check() {
+		errs = append(errs, fmt.Errorf("pxe.%w", e))
+	}
+	if n := len(c.Credentials.IPMI.Username); n > 16 {
+		bad("credentials.ipmi.username", "is %d characters, IPMI allows at most 16", n)
+	}
+	if n := len(c.Credentials.IPMI.Password); n > 20 {
+		bad("credentials.ipmi.password", "is %d characters, IPMI v2.0 allows at most 20", n)
+	}
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.
 	if k := c.Credentials.OCI.PrivateKey; k != "" {
@@ -286,7 +306,8 @@ func (c *Config) Validate() error {
 func (c *Config) Secrets() []string {
 	var out []string
 	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.HomeAssistant.Token,
-		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password, c.Credentials.Redfish.Password} {
+		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password, c.Credentials.Redfish.Password,
+		c.Credentials.IPMI.Password} {
 		if s != "" {
 			out = append(out, s.Reveal())
 		}

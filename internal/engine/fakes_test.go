@@ -194,6 +194,27 @@ type unitFixture struct {
 	eng   *Engine
 }
 
+var (
+	unitSecretsOnce sync.Once
+	unitSecretsData []byte
+	unitSecretsErr  error
+)
+
+// unitSecrets is one encoded secrets bundle shared by the unit tests.
+func unitSecrets(t *testing.T) []byte {
+	unitSecretsOnce.Do(func() {
+		b, err := talos.NewSecrets("v1.13.0")
+		if err == nil {
+			unitSecretsData, err = talos.EncodeSecrets(b)
+		}
+		unitSecretsErr = err
+	})
+	if unitSecretsErr != nil {
+		t.Fatal(unitSecretsErr)
+	}
+	return unitSecretsData
+}
+
 func newUnitFixture(t *testing.T, tweak func(*unitFixture)) *unitFixture {
 	t.Helper()
 	dir := t.TempDir()
@@ -209,6 +230,14 @@ func newUnitFixture(t *testing.T, tweak func(*unitFixture)) *unitFixture {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(tenants, "lab.toml"), []byte(tenantFile(addrs, 1, false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a secrets bundle made once for every unit test: making one takes
+	// seconds of RSA key generation
+	if err := os.MkdirAll(filepath.Join(dir, "data", "tenants", "lab"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(talos.SecretsPath(filepath.Join(dir, "data", "tenants", "lab")), unitSecrets(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e, err := New(Options{DataDir: filepath.Join(dir, "data"), Store: &tenant.Store{Dir: tenants}, Infra: f.infra,

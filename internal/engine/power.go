@@ -21,6 +21,8 @@ type PowerOptions struct {
 	HA power.HA
 	// Redfish holds the BMC credentials (Insecure comes per machine).
 	Redfish redfish.Options
+	// IPMI holds the credentials of power = "ipmi://…" BMCs.
+	IPMI power.IPMICredentials
 	// GracePeriod and PollInterval of Redfish Off (power.Deps).
 	GracePeriod, PollInterval time.Duration
 	// ShutdownTimeout bounds the wait for a node to stop answering after a
@@ -42,7 +44,7 @@ func (e *Engine) controller(m *tenant.Machine) (power.Controller, power.Spec, er
 	}
 	rf := e.opts.Power.Redfish
 	rf.Insecure = m.RedfishInsecure
-	c, err := power.New(spec, power.Deps{MAC: m.MAC, SendWOL: e.opts.Wake, HA: e.opts.Power.HA, Redfish: rf,
+	c, err := power.New(spec, power.Deps{MAC: m.MAC, SendWOL: e.opts.Wake, HA: e.opts.Power.HA, Redfish: rf, IPMI: e.opts.Power.IPMI,
 		GracePeriod: e.opts.Power.GracePeriod, PollInterval: e.opts.Power.PollInterval})
 	return c, spec, err
 }

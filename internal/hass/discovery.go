@@ -45,7 +45,7 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 	state := b.topics.state(k, r)
 	for i := range entities {
 		e := &entities[i]
-		if e.kind != k {
+		if e.kind != k || (e.shown != nil && !e.shown(b)) {
 			continue
 		}
 		if e.perGroup {
@@ -79,6 +79,9 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, t *tenant.Tenant, g *tenant.NodeGroup) map[string]any {
 	key := e.compKey(r.group)
 	uid := devID + "_" + key
+	if e.stateSuffix != "" {
+		stateTopic = b.topics.root(e.kind, r) + "/" + e.stateSuffix
+	}
 	c := map[string]any{
 		"platform":          e.platform,
 		"unique_id":         uid,
@@ -121,6 +124,9 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, t *tenant
 		c["payload_off"] = "offline"
 	case e.eventTopic:
 		c["state_topic"] = b.topics.event()
+		if e.stateSuffix != "" {
+			c["state_topic"] = stateTopic
+		}
 		c["event_types"] = e.eventTypes
 	case e.poolEvents:
 		c["state_topic"] = b.topics.poolEvent(r)

@@ -70,6 +70,11 @@ type entity struct {
 	pooled     bool
 	bounds     func(t *tenant.Tenant, g *tenant.NodeGroup) (lo, hi int)
 	poolEvents bool
+	// stateSuffix, when set, is the entity's own state (or event) topic
+	// under the device's root instead of the device's state document.
+	stateSuffix string
+	// shown, when set, says whether the device has the entity now.
+	shown func(b *Bridge) bool
 
 	// Commands go through the action table (request.go). action names the
 	// action a plain PRESS runs for this device; request, when set, turns
@@ -127,6 +132,15 @@ var entities = slices.Concat([]entity{
 		category: "config", icon: "mdi:lan-pending", action: ActionDiscover},
 	{kind: kindBridge, key: "operation", platform: "event", name: "Operation",
 		icon: "mdi:clipboard-pulse", eventTypes: eventTypes, eventTopic: true},
+	// pxe.go: network boot, while the responder runs
+	{kind: kindBridge, key: "boot_window", platform: "switch", name: "Let new machines boot",
+		icon: "mdi:lan-connect", value: "value_json.window", attrs: "{'until': value_json.window_until} | tojson",
+		stateSuffix: "pxe", shown: pxeShown, topicSuffix: "boot_window/set", set: setBootWindow},
+	{kind: kindBridge, key: "boot_assets", platform: "sensor", name: "Boot assets",
+		category: "diagnostic", icon: "mdi:package-down", value: "value_json.versions",
+		attrs: "{'assets': value_json.assets, 'problem': value_json.assets_problem} | tojson", stateSuffix: "pxe", shown: pxeShown},
+	{kind: kindBridge, key: "network_boot", platform: "event", name: "Network boot",
+		icon: "mdi:lan-pending", eventTypes: netbootEventTypes, eventTopic: true, stateSuffix: "pxe/event", shown: pxeShown},
 
 	// tenant
 	{kind: kindTenant, key: "phase", platform: "sensor", name: "Phase",

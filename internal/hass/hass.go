@@ -175,6 +175,7 @@ type Bridge struct {
 	birthTimer   *time.Timer
 	events       [][]byte // operation events not yet sent (the broker may be away)
 	poolEvents   []pub    // pool decision events not yet sent (pool.go)
+	pxe          pxeState // network boot (pxe.go)
 	// instance is this process's id on <base>/bridge/instance; another id
 	// seen there is a second rezuscloud on the same base topic.
 	instance     string
@@ -641,6 +642,9 @@ func (b *Bridge) syncOnce() error {
 		firstErr = err
 	}
 	if err := b.sendPoolEvents(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if err := b.sendPXEEvents(); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	if len(clear)+len(disc)+len(state) > 0 {

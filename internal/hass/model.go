@@ -115,6 +115,7 @@ func (b *Bridge) rebuildLocked() {
 		}
 	}
 	add(kindBridge, ref{}, nil, nil)
+	b.pxeStatesLocked(states)           // pxe.go
 	for _, id := range b.machineOrder { // machine.go
 		add(kindMachine, ref{machine: id}, nil, nil)
 	}

@@ -1,6 +1,6 @@
 // Package power switches metal machines on and off by whatever can: a
 // Wake-on-LAN packet, a Home Assistant entity (a smart plug's switch, an
-// ATX relay's or a BMC integration's button) or a Redfish BMC. It parses a
+// ATX relay's or a BMC integration's button), a Redfish or an IPMI BMC. It parses a
 // machine's `power` value and gives the engine one Controller per machine.
 package power
 
@@ -23,6 +23,7 @@ const (
 	KindSwitch  Kind = "switch"
 	KindButton  Kind = "button"
 	KindRedfish Kind = "redfish"
+	KindIPMI    Kind = "ipmi"
 	KindNone    Kind = "none"
 )
 
@@ -32,7 +33,8 @@ type Spec struct {
 	// Entity is the Home Assistant entity id ("switch.rack_plug") of
 	// KindSwitch and KindButton.
 	Entity string
-	// URL is the ComputerSystem URL of KindRedfish, without "redfish+".
+	// URL is the ComputerSystem URL of KindRedfish, without "redfish+",
+	// and the BMC of KindIPMI, "ipmi://<host>:<port>".
 	URL string
 }
 
@@ -43,6 +45,8 @@ func (s Spec) String() string {
 		return s.Entity
 	case KindRedfish:
 		return "redfish+" + s.URL
+	case KindIPMI:
+		return s.URL
 	default:
 		return string(s.Kind)
 	}
@@ -78,12 +82,14 @@ func Parse(value, mac string) (Spec, error) {
 			return Spec{}, fmt.Errorf("power: %w", err)
 		}
 		return Spec{Kind: KindRedfish, URL: u.String()}, nil
+	case strings.HasPrefix(v, "ipmi://"):
+		return parseIPMI(v)
 	}
 	shown := value
 	if strings.Contains(shown, "@") { // may hold credentials
-		shown = "redfish…"
+		shown = redactUser(shown)
 	}
-	return Spec{}, fmt.Errorf(`power %q: want "wol", "switch.<id>", "button.<id>", "redfish+https://<host>/redfish/v1/Systems/<id>" or "none"`, shown)
+	return Spec{}, fmt.Errorf(`power %q: want "wol", "switch.<id>", "button.<id>", "redfish+https://<host>/redfish/v1/Systems/<id>", "ipmi://<host>[:port]" or "none"`, shown)
 }
 
 // validObjectID is Home Assistant's rule for the part after the domain.
@@ -137,8 +143,10 @@ type Deps struct {
 	// Redfish credentials and TLS; Insecure from the machine's
 	// redfish_insecure.
 	Redfish redfish.Options
-	// GracePeriod is how long Redfish Off waits after GracefulShutdown
-	// before ForceOff; default 2 minutes.
+	// IPMI credentials for KindIPMI.
+	IPMI IPMICredentials
+	// GracePeriod is how long Redfish and IPMI Off wait after the graceful
+	// shutdown before forcing the power off; default 2 minutes.
 	GracePeriod time.Duration
 	// PollInterval is how often Redfish Off reads the power state while
 	// waiting; default 2 s.
@@ -166,6 +174,8 @@ func New(spec Spec, d Deps) (Controller, error) {
 			return nil, fmt.Errorf("power: %w", err)
 		}
 		return &Redfish{Client: c, GracePeriod: d.GracePeriod, PollInterval: d.PollInterval}, nil
+	case KindIPMI:
+		return newIPMI(spec, d)
 	}
 	return nil, fmt.Errorf("power: unknown kind %q", spec.Kind)
 }

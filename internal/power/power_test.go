@@ -37,7 +37,13 @@ func TestParse(t *testing.T) {
 		{"redfish+http://10.0.0.5/redfish/v1/Systems/1", "", power.Spec{}, "want https"},
 		{"redfish+https://root:calvin@10.0.0.5/redfish/v1/Systems/1", "", power.Spec{}, "credentials do not belong"},
 		{"redfish+https://10.0.0.5/redfish/v1/Managers/1", "", power.Spec{}, "/redfish/v1/Systems/<id>"},
-		{"ipmi://root:calvin@10.0.0.5", "", power.Spec{}, `want "wol"`},
+		{"ipmi://root:calvin@10.0.0.5", "", power.Spec{}, "no credentials in the tenant file"},
+		{"ipmi://10.0.0.5:623", "", power.Spec{Kind: power.KindIPMI, URL: "ipmi://10.0.0.5:623"}, ""},
+		{"ipmi://[fd00::5]:6230", "", power.Spec{Kind: power.KindIPMI, URL: "ipmi://[fd00::5]:6230"}, ""},
+		{"ipmi://10.0.0.5/path", "", power.Spec{}, "no path"},
+		{"ipmi://10.0.0.5:0", "", power.Spec{}, "not 1..65535"},
+		{"ipmi://10.0.0.5:http", "", power.Spec{}, "ipmi://<host>[:port]"},
+		{"ipmi://", "", power.Spec{}, "ipmi://<host>[:port]"},
 		{"WOL", "aa:bb:cc:dd:ee:ff", power.Spec{}, `want "wol"`},
 	}
 	for _, tt := range tests {

@@ -113,7 +113,7 @@ type Machine struct {
 	InstallDisk string `toml:"install_disk" json:"install_disk"`
 	// Power is how the machine is switched (power.Parse): "wol" (the
 	// default with a mac), "switch.<id>", "button.<id>",
-	// "redfish+https://…" or "none".
+	// "redfish+https://…", "ipmi://<host>[:port]" or "none".
 	Power string `toml:"power" json:"power,omitempty"`
 	// RedfishInsecure skips verifying the BMC's certificate.
 	RedfishInsecure bool `toml:"redfish_insecure" json:"redfish_insecure,omitempty"`
