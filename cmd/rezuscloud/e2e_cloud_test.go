@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,26 +239,38 @@ func TestE2ECloudKilled(t *testing.T) {
 	}
 
 	// restart at once: the new add-on stops the orphan before it touches
-	// the state; the orphan finishes its create when the hook lets it
+	// the state, and meanwhile it is online and shows the wait (it used to
+	// stay offline for as long as the orphan ran); the orphan finishes its
+	// create when the hook lets it
 	mark := e.cap.mark()
 	e.proc = startProc(t, "rezuscloud run", nil, "run", "--config", e.cfgPath)
 	e.proc.waitLog(startTimeout, "waiting for a tofu left running by the previous add-on to finish")
-	close(release)
-	e.cap.wait(e.proc, startTimeout, "online again with the tenant's state", func() bool {
-		var on, st bool
+	waiting := func(d tenantDoc) bool {
+		return strings.Contains(strings.Join(d.Problems, " "), "left behind to finish")
+	}
+	e.cap.wait(e.proc, startTimeout, "online, showing the wait for the orphaned tofu", func() bool {
+		var on, shown bool
 		for _, m := range e.cap.since(mark) {
 			switch m.Topic {
 			case base + "/bridge/availability":
 				on = string(m.Payload) == "online"
 			case e.tenantStateTopic():
-				st = on && len(m.Payload) > 0 // states follow the subscriptions
+				var d tenantDoc
+				shown = on && json.Unmarshal(m.Payload, &d) == nil && waiting(d) && d.Problem
 			}
 		}
-		return on && st
+		return on && shown
 	})
 	for _, pid := range tofus {
+		if !alive(pid) {
+			t.Fatalf("the orphaned tofu (pid %d) ended before it was released: the wait was not shown while it ran", pid)
+		}
+	}
+	close(release)
+	e.waitTenant("the wait over", func(d tenantDoc) bool { return !waiting(d) })
+	for _, pid := range tofus {
 		if alive(pid) {
-			t.Fatalf("the orphaned tofu (pid %d) still runs after the restart", pid)
+			t.Fatalf("the orphaned tofu (pid %d) still runs after the recovery", pid)
 		}
 	}
 	mark = e.cap.mark()

@@ -523,6 +523,8 @@ type tenantDoc struct {
 	Operation     *string        `json:"operation"`
 	LastOperation *lastOpDoc     `json:"last_operation"`
 	Problem       bool           `json:"problem"`
+	Problems      []string       `json:"problems"`
+	Activity      string         `json:"activity"`
 	Counts        map[string]int `json:"counts"`
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/config"
 	"github.com/rezuscloud/rezuscloud/internal/engine"
 	"github.com/rezuscloud/rezuscloud/internal/hass"
@@ -176,7 +177,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	pubs.baseTopic = cfg.MQTT.BaseTopic
 	bridge.SetBridgeProblem(problem)
 	if haClient != nil { // set before the engine runs: it publishes through it
-		pubs.link = wsapi.NewLink(haClient, func(ctx context.Context, data json.RawMessage) any {
+		pubs.link = wsapi.NewLink(haClient, func(ctx context.Context, data json.RawMessage) command.Response {
 			return bridge.HandleEvent(ctx, data)
 		}, log.Named("websocket"))
 	}

@@ -25,7 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/backoff"
-	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/topic"
 )
@@ -159,7 +159,7 @@ type Bridge struct {
 	// of its own
 	views        map[string]tenant.View
 	order        []string
-	machines     map[string]talos.Machine // found on the LAN, by MAC without colons (machine.go)
+	machines     map[string]machine.Machine // found on the LAN, by MAC without colons (machine.go)
 	machineOrder []string
 	machineGroup map[string]string // the "Cluster group" chosen per machine
 	armed        map[string]*time.Timer

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -93,11 +93,11 @@ func (f *fakeCmd) Backup(_ context.Context, t string) error { return f.rec("back
 func (f *fakeCmd) SetLogLevel(l string) error               { return f.rec("log_level %s", l) }
 
 // Discover answers one machine, so that the response's data is seen.
-func (f *fakeCmd) Discover(context.Context) ([]talos.Machine, error) {
+func (f *fakeCmd) Discover(context.Context) ([]machine.Machine, error) {
 	if err := f.rec("discover"); err != nil {
 		return nil, err
 	}
-	return []talos.Machine{{MAC: "02:00:00:00:00:09", Address: "127.0.0.9"}}, nil
+	return []machine.Machine{{MAC: "02:00:00:00:00:09", Address: "127.0.0.9"}}, nil
 }
 func (f *fakeCmd) Adopt(_ context.Context, mac, t, g, d string) (tenant.Machine, error) {
 	if err := f.rec("adopt %s %s %s %s", mac, t, g, d); err != nil {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -33,9 +33,9 @@ func machineID(mac string) string {
 
 // SetMachines declares the machines found on the LAN; devices of machines
 // no longer listed are removed.
-func (b *Bridge) SetMachines(ms []talos.Machine) {
+func (b *Bridge) SetMachines(ms []machine.Machine) {
 	b.mu.Lock()
-	b.machines = make(map[string]talos.Machine, len(ms))
+	b.machines = make(map[string]machine.Machine, len(ms))
 	b.machineOrder = b.machineOrder[:0]
 	if b.machineGroup == nil {
 		b.machineGroup = map[string]string{}
@@ -138,7 +138,7 @@ func (b *Bridge) machineDoc(id string) machineDoc {
 		d.Disks = append(d.Disks, machineDiskDoc{DevPath: dk.DevPath, SizeGB: float64(dk.Size/1e7) / 100, Model: dk.Model,
 			Transport: dk.Transport, Removable: dk.Removable(), Readonly: dk.Readonly, CDROM: dk.CDROM})
 	}
-	if dk, err := talos.InstallDisk(m.Disks); err == nil {
+	if dk, err := machine.InstallDisk(m.Disks); err == nil {
 		d.InstallDisk = &dk.DevPath
 	}
 	opts := metalGroupOptions(b)
@@ -211,7 +211,7 @@ func powerRequest(state string) func(b *Bridge, r ref, p string) (Request, error
 
 // machinesData is the data of a discover response: the machines a scan
 // found, as the request API documents them.
-func machinesData(ms []talos.Machine) []map[string]any {
+func machinesData(ms []machine.Machine) []map[string]any {
 	out := make([]map[string]any, 0, len(ms))
 	for _, m := range ms {
 		d := map[string]any{"mac": m.MAC, "address": m.Address, "model": strings.TrimSpace(m.Manufacturer + " " + m.Model),
@@ -222,7 +222,7 @@ func machinesData(ms []talos.Machine) []map[string]any {
 				"removable": dk.Removable(), "readonly": dk.Readonly, "cdrom": dk.CDROM})
 		}
 		d["disks"] = disks
-		if dk, err := talos.InstallDisk(m.Disks); err == nil {
+		if dk, err := machine.InstallDisk(m.Disks); err == nil {
 			d["install_disk"] = dk.DevPath
 		}
 		out = append(out, d)

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass/hasstest"
-	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-func testMachine(addr, mac string) talos.Machine {
-	return talos.Machine{Address: addr, MAC: mac, Manufacturer: "Intel(R) Client Systems", Model: "NUC12WSHi5",
+func testMachine(addr, mac string) machine.Machine {
+	return machine.Machine{Address: addr, MAC: mac, Manufacturer: "Intel(R) Client Systems", Model: "NUC12WSHi5",
 		CPU: "12th Gen Intel(R) Core(TM) i5-1240P", Cores: 12, MemoryBytes: 32 << 30, Fingerprint: "q2Zb1xK0pYxJ9v2U8mQ4bG7nR3tL6wE5sA1dF0hC9jk=",
-		Disks: []talos.Disk{
+		Disks: []machine.Disk{
 			{DevPath: "/dev/nvme0n1", Size: 512e9, Transport: "nvme", Model: "Samsung SSD 980 PRO"},
 			{DevPath: "/dev/sda", Size: 1024e9, Transport: "usb", Model: "Extreme 55AE"},
 			{DevPath: "/dev/sr0", Size: 120 << 20, Transport: "sata", Readonly: true, CDROM: true},
@@ -31,7 +31,7 @@ func TestMachineDevices(t *testing.T) {
 	obs := newObserver(t, m.URL)
 	cmd := newFakeCmd()
 	b := startBridge(t, fastOptions(m.URL), cmd, []*tenant.Tenant{labTenant(), cloudTenant("prod", 1)})
-	b.SetMachines([]talos.Machine{testMachine("192.168.1.50", "02:aa:bb:cc:dd:01"), testMachine("192.168.1.51", "02:AA:BB:CC:DD:02")})
+	b.SetMachines([]machine.Machine{testMachine("192.168.1.50", "02:aa:bb:cc:dd:01"), testMachine("192.168.1.51", "02:AA:BB:CC:DD:02")})
 	if err := b.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestMachineDevices(t *testing.T) {
 		}
 	}
 
-	b.SetMachines([]talos.Machine{testMachine("192.168.1.51", "02:aa:bb:cc:dd:02")})
+	b.SetMachines([]machine.Machine{testMachine("192.168.1.51", "02:aa:bb:cc:dd:02")})
 	obs.waitPayload(t, disc1, 5*time.Second, func(p []byte) bool { return len(p) == 0 })
 	if mm, _ := obs.get(disc2); len(mm.payload) == 0 {
 		t.Error("the machine still listed was removed")

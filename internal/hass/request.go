@@ -13,8 +13,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
-	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -200,49 +201,20 @@ type Commander interface {
 	// Discover scans for machines now and returns the ones no tenant
 	// declares; Adopt adds one to a metal group and returns it as declared;
 	// Power switches a metal node "on" or "off" (machine.go).
-	Discover(ctx context.Context) ([]talos.Machine, error)
+	Discover(ctx context.Context) ([]machine.Machine, error)
 	Adopt(ctx context.Context, mac, tenant, group, installDisk string) (tenant.Machine, error)
 	Power(ctx context.Context, tenant, node, state string) error
 }
 
-// Request is a decoded, syntactically valid request. The same type serves
-// the MQTT request API and any other transport (WebSocket events).
-type Request struct {
-	Action      string          `json:"-"`
-	Tenant      string          `json:"tenant,omitempty"`
-	Group       string          `json:"group,omitempty"`
-	Count       *int            `json:"count,omitempty"`
-	Node        string          `json:"node,omitempty"`
-	Confirm     string          `json:"confirm,omitempty"`
-	Enabled     *bool           `json:"enabled,omitempty"`
-	Level       string          `json:"level,omitempty"`
-	Component   string          `json:"component,omitempty"`
-	Version     string          `json:"version,omitempty"`
-	MAC         string          `json:"mac,omitempty"`
-	InstallDisk string          `json:"install_disk,omitempty"`
-	State       string          `json:"state,omitempty"`
-	Mode        *string         `json:"mode,omitempty"` // pool: off, observe, on
-	Min         *int            `json:"min,omitempty"`
-	Max         *int            `json:"max,omitempty"`
-	Transaction json.RawMessage `json:"transaction,omitempty"`
-}
+// Request is a decoded, syntactically valid request (package command:
+// every transport shares it).
+type Request = command.Request
 
-// Response is the answer to a request:
-// {"status":"ok"|"error","data":…,"error":"…","transaction":…}.
-type Response struct {
-	Status      string          `json:"status"`
-	Data        any             `json:"data"`
-	Error       string          `json:"error,omitempty"`
-	Transaction json.RawMessage `json:"transaction,omitempty"`
-}
-
-// OK reports whether the response is a success.
-func (r Response) OK() bool { return r.Status == "ok" }
+// Response is the answer to a request.
+type Response = command.Response
 
 // ErrorResponse is the error answer to req (whose Transaction is echoed).
-func ErrorResponse(req Request, err error) Response {
-	return Response{Status: "error", Data: struct{}{}, Error: err.Error(), Transaction: req.Transaction}
-}
+func ErrorResponse(req Request, err error) Response { return command.Error(req.Transaction, err) }
 
 func okResponse(req Request, data any) Response {
 	if data == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/bougou/go-ipmi/pkg/client"
 	"github.com/bougou/go-ipmi/pkg/command/chassis"
 	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 )
 
 // IPMICredentials log in to the BMCs of power = "ipmi://…" machines
@@ -21,39 +22,7 @@ type IPMICredentials struct {
 }
 
 // DefaultIPMIPort is the RMCP port.
-const DefaultIPMIPort = 623
-
-// parseIPMI reads "ipmi://host[:port]": no credentials (they are add-on
-// options), no path or query.
-func parseIPMI(value string) (Spec, error) {
-	u, err := url.Parse(value)
-	switch {
-	case err != nil:
-		return Spec{}, fmt.Errorf(`power: %q is not "ipmi://<host>[:port]"`, redactUser(value))
-	case u.User != nil:
-		return Spec{}, fmt.Errorf(`power %q: no credentials in the tenant file: set them in the add-on options (ipmi.username, ipmi.password; TOML [credentials.ipmi])`, redactUser(value))
-	case u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-		return Spec{}, fmt.Errorf(`power %q: want "ipmi://<host>[:port]" (no path)`, value)
-	}
-	port := DefaultIPMIPort
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 65535 {
-			return Spec{}, fmt.Errorf("power %q: port %q is not 1..65535", value, p)
-		}
-		port = n
-	}
-	return Spec{Kind: KindIPMI, URL: "ipmi://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port))}, nil
-}
-
-func redactUser(v string) string {
-	if i := strings.Index(v, "@"); i >= 0 {
-		if j := strings.Index(v, "://"); j >= 0 && j < i {
-			return v[:j+3] + "…" + v[i:]
-		}
-	}
-	return v
-}
+const DefaultIPMIPort = machine.DefaultIPMIPort
 
 // IPMI powers a machine through its BMC over IPMI v2.0 (RMCP+, "lanplus"):
 // chassis power up, soft (ACPI) shutdown, power down, status. Each call is

@@ -11,99 +11,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 	"github.com/rezuscloud/rezuscloud/internal/redfish"
 )
 
-// Kind is how a machine is powered.
-type Kind string
+// Kind is how a machine is powered (package machine, which the domain
+// shares: the tenant files' power values are parsed there).
+type Kind = machine.PowerKind
 
 // Kinds of power.
 const (
-	KindWOL     Kind = "wol"
-	KindSwitch  Kind = "switch"
-	KindButton  Kind = "button"
-	KindRedfish Kind = "redfish"
-	KindIPMI    Kind = "ipmi"
-	KindNone    Kind = "none"
+	KindWOL     = machine.KindWOL
+	KindSwitch  = machine.KindSwitch
+	KindButton  = machine.KindButton
+	KindRedfish = machine.KindRedfish
+	KindIPMI    = machine.KindIPMI
+	KindNone    = machine.KindNone
 )
 
 // Spec is a parsed `power` value.
-type Spec struct {
-	Kind Kind
-	// Entity is the Home Assistant entity id ("switch.rack_plug") of
-	// KindSwitch and KindButton.
-	Entity string
-	// URL is the ComputerSystem URL of KindRedfish, without "redfish+",
-	// and the BMC of KindIPMI, "ipmi://<host>:<port>".
-	URL string
-}
+type Spec = machine.PowerSpec
 
-// String is the value as written in a tenant file.
-func (s Spec) String() string {
-	switch s.Kind {
-	case KindSwitch, KindButton:
-		return s.Entity
-	case KindRedfish:
-		return "redfish+" + s.URL
-	case KindIPMI:
-		return s.URL
-	default:
-		return string(s.Kind)
-	}
-}
-
-// Parse reads a machine's `power` value. Empty means "wol" when the machine
-// has a MAC address and "none" otherwise. Errors say what is wrong and what
-// is accepted; the caller adds where (file, line, machine).
-func Parse(value, mac string) (Spec, error) {
-	v := strings.TrimSpace(value)
-	switch {
-	case v == "":
-		if mac != "" {
-			return Spec{Kind: KindWOL}, nil
-		}
-		return Spec{Kind: KindNone}, nil
-	case v == "wol":
-		if mac == "" {
-			return Spec{}, errors.New(`power "wol" needs the machine's mac`)
-		}
-		return Spec{Kind: KindWOL}, nil
-	case v == "none":
-		return Spec{Kind: KindNone}, nil
-	case strings.HasPrefix(v, "switch.") || strings.HasPrefix(v, "button."):
-		domain, obj, _ := strings.Cut(v, ".")
-		if !validObjectID(obj) {
-			return Spec{}, fmt.Errorf("power %q: %q is not a Home Assistant entity id (lower-case letters, digits and single underscores after %q)", value, v, domain+".")
-		}
-		return Spec{Kind: Kind(domain), Entity: v}, nil
-	case strings.HasPrefix(v, "redfish+"):
-		u, err := redfish.ParseSystemURL(strings.TrimPrefix(v, "redfish+"))
-		if err != nil {
-			return Spec{}, fmt.Errorf("power: %w", err)
-		}
-		return Spec{Kind: KindRedfish, URL: u.String()}, nil
-	case strings.HasPrefix(v, "ipmi://"):
-		return parseIPMI(v)
-	}
-	shown := value
-	if strings.Contains(shown, "@") { // may hold credentials
-		shown = redactUser(shown)
-	}
-	return Spec{}, fmt.Errorf(`power %q: want "wol", "switch.<id>", "button.<id>", "redfish+https://<host>/redfish/v1/Systems/<id>", "ipmi://<host>[:port]" or "none"`, shown)
-}
-
-// validObjectID is Home Assistant's rule for the part after the domain.
-func validObjectID(s string) bool {
-	if s == "" || s[0] == '_' || s[len(s)-1] == '_' || strings.Contains(s, "__") {
-		return false
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
-			return false
-		}
-	}
-	return true
-}
+// Parse reads a machine's `power` value (machine.ParsePower).
+func Parse(value, mac string) (Spec, error) { return machine.ParsePower(value, mac) }
 
 // State is a machine's power as far as its controller can tell.
 type State string

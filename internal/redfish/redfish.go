@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 )
 
 // Reset types this package sends (Redfish ResetType values).
@@ -103,38 +105,8 @@ func New(systemURL string, opts Options) (*Client, error) {
 	}}, nil
 }
 
-// ParseSystemURL checks a ComputerSystem URL: https, a host, a path under
-// /redfish/v1/Systems/, and no credentials in it.
-func ParseSystemURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("redfish system %q: not a URL such as https://bmc.lan/redfish/v1/Systems/1", redactURL(s))
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("redfish system %s: credentials do not belong in the URL (use the redfish username and password options)", u.Host)
-	}
-	if u.Scheme != "https" {
-		return nil, fmt.Errorf("redfish system %s: scheme %q, want https (the password goes with every request)", u.Host, u.Scheme)
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSuffix(u.Path, "/"), "/redfish/v1/Systems/")
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return nil, fmt.Errorf("redfish system %s: path %q, want /redfish/v1/Systems/<id>", u.Host, u.Path)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	u.RawQuery, u.Fragment = "", ""
-	return u, nil
-}
-
-// redactURL drops userinfo from a URL-ish string for messages.
-func redactURL(s string) string {
-	if at := strings.LastIndex(s, "@"); at >= 0 {
-		if i := strings.Index(s, "://"); i >= 0 && i < at {
-			return s[:i+3] + "…@" + s[at+1:]
-		}
-		return "…@" + s[at+1:]
-	}
-	return s
-}
+// ParseSystemURL checks a ComputerSystem URL (machine.RedfishSystemURL).
+func ParseSystemURL(s string) (*url.URL, error) { return machine.RedfishSystemURL(s) }
 
 // Host is the BMC's host[:port], what errors name.
 func (c *Client) Host() string { return c.system.Host }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/rezuscloud/rezuscloud/internal/power"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 )
 
 // Pool is a worker group's energy-aware pool (docs/design.md §11.2): the
@@ -233,7 +233,7 @@ func (t *Tenant) validatePool(f string, g *NodeGroup, pos posMap) []violation {
 	if t.Provider == ProviderMetal {
 		for j := 0; j < g.Count && j < len(g.Machines); j++ {
 			m := g.Machines[j]
-			if spec, err := power.Parse(m.Power, m.MAC); err == nil && spec.Kind == power.KindNone {
+			if spec, err := machine.ParsePower(m.Power, m.MAC); err == nil && spec.Kind == machine.KindNone {
 				add(fmt.Sprintf("%s.machines[%d].power", f, j),
 					"the pool cannot switch machine %s: give it a mac (Wake-on-LAN) or a power entity, or take the group's pool out", m.Address)
 			}

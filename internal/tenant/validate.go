@@ -15,7 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 
-	"github.com/rezuscloud/rezuscloud/internal/power"
+	"github.com/rezuscloud/rezuscloud/internal/machine"
 )
 
 // MaxNameLen bounds tenant and group names (docs/design.md §3).
@@ -315,9 +315,9 @@ func (t *Tenant) validateGroupPlatform(f string, g NodeGroup, addrs map[string]s
 			if !installDisk.MatchString(m.InstallDisk) {
 				add(mf+".install_disk", "%q must name a disk device such as /dev/sda or /dev/nvme0n1", m.InstallDisk)
 			}
-			if spec, err := power.Parse(m.Power, m.MAC); err != nil {
+			if spec, err := machine.ParsePower(m.Power, m.MAC); err != nil {
 				add(mf+".power", "%v", err)
-			} else if m.RedfishInsecure && spec.Kind != power.KindRedfish {
+			} else if m.RedfishInsecure && spec.Kind != machine.KindRedfish {
 				add(mf+".redfish_insecure", "applies only to a power = \"redfish+https://…\" machine")
 			}
 		}

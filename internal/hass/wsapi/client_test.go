@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -95,7 +96,7 @@ func TestDisabledClient(t *testing.T) {
 		if _, err := c.Call(context.Background(), map[string]any{"type": "ping"}); !errors.Is(err, ErrDisabled) {
 			t.Errorf("Call = %v, want ErrDisabled", err)
 		}
-		l := NewLink(c, func(context.Context, json.RawMessage) any { return nil }, nil)
+		l := NewLink(c, func(context.Context, json.RawMessage) command.Response { return command.Response{} }, nil)
 		l.Operation(opEvent("lab", "apply", "failed")) // must not block or panic
 		l.Close()
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 )
 
@@ -109,22 +110,22 @@ func newEngine() *engine {
 	return &engine{counts: map[string]int{"lab/workers": 2, "lab/cp": 1}}
 }
 
-func (e *engine) handle(_ context.Context, data json.RawMessage) any {
+func (e *engine) handle(_ context.Context, data json.RawMessage) command.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.calls++
 	var req struct {
-		Action      string `json:"action"`
-		Tenant      string `json:"tenant"`
-		Group       string `json:"group"`
-		Count       *int   `json:"count"`
-		Transaction any    `json:"transaction"`
+		Action      string          `json:"action"`
+		Tenant      string          `json:"tenant"`
+		Group       string          `json:"group"`
+		Count       *int            `json:"count"`
+		Transaction json.RawMessage `json:"transaction"`
 	}
 	if err := json.Unmarshal(data, &req); err != nil {
-		return Response{Status: "error", Error: err.Error()}
+		return command.Response{Status: "error", Error: err.Error()}
 	}
-	fail := func(format string, a ...any) any {
-		return Response{Status: "error", Error: fmt.Sprintf(format, a...), Transaction: req.Transaction}
+	fail := func(format string, a ...any) command.Response {
+		return command.Response{Status: "error", Error: fmt.Sprintf(format, a...), Transaction: req.Transaction}
 	}
 	switch req.Action {
 	case "scale":
@@ -136,7 +137,7 @@ func (e *engine) handle(_ context.Context, data json.RawMessage) any {
 			return fail("count must be 0..100")
 		}
 		e.counts[key] = *req.Count
-		return Response{Status: "ok", Data: map[string]any{"group": req.Group, "count": *req.Count}, Transaction: req.Transaction}
+		return command.Response{Status: "ok", Data: map[string]any{"group": req.Group, "count": *req.Count}, Transaction: req.Transaction}
 	case "":
 		return fail("action is required")
 	default:

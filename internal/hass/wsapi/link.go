@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/backoff"
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -49,7 +50,7 @@ const (
 // nothing.
 type Link struct {
 	c      *Client
-	handle func(ctx context.Context, data json.RawMessage) any
+	handle func(ctx context.Context, data json.RawMessage) command.Response
 	log    *zap.Logger
 
 	ctx    context.Context
@@ -70,22 +71,12 @@ type outItem struct {
 	do     func(ctx context.Context, l *Link) error
 }
 
-// Response is the shape of the answers the link makes itself (bad event
-// data, a full queue, a handler panic); the handler's own answers have the
-// same shape (docs/design.md §4: status, data, error, transaction).
-type Response struct {
-	Status      string `json:"status"`
-	Data        any    `json:"data"`
-	Error       string `json:"error,omitempty"`
-	Transaction any    `json:"transaction"`
-}
-
 // NewLink subscribes to rezuscloud_request on c and starts the link's
 // workers; Close stops them. handle gets each request event's data (a JSON
 // object, the same request as the MQTT request API, with an "action" key)
 // and returns the response to fire as rezuscloud_response; it runs for one
 // request at a time, in order. log may be nil.
-func NewLink(c *Client, handle func(ctx context.Context, data json.RawMessage) (response any), log *zap.Logger) *Link {
+func NewLink(c *Client, handle func(ctx context.Context, data json.RawMessage) command.Response, log *zap.Logger) *Link {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -136,8 +127,7 @@ func (l *Link) onRequest(event json.RawMessage) {
 	case l.requests <- ev.Data:
 	default:
 		l.log.Warn("too many rezuscloud_request events queued; refusing one", zap.Int("queue", requestQueue))
-		resp := Response{Status: "error", Error: "busy: too many requests queued; try again later",
-			Transaction: transactionOf(ev.Data)}
+		resp := command.Error(transactionOf(ev.Data), errors.New("busy: too many requests queued; try again later"))
 		l.enqueue(outItem{what: EventResponse, do: fireEvent(EventResponse, resp)})
 	}
 }
@@ -170,7 +160,7 @@ func (l *Link) serveRequests() {
 }
 
 // respond validates the envelope and runs the handler.
-func (l *Link) respond(data json.RawMessage) (resp any) {
+func (l *Link) respond(data json.RawMessage) (resp command.Response) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		got := "nothing"
@@ -178,20 +168,18 @@ func (l *Link) respond(data json.RawMessage) (resp any) {
 			got = jsonKind(trimmed)
 		}
 		l.log.Warn("rezuscloud_request data is not a JSON object", zap.String("got", got))
-		return Response{Status: "error", Error: "request data must be a JSON object with an action, " +
-			`e.g. {"action":"scale","tenant":"lab","group":"workers","count":3,"transaction":"t1"}; got ` + got}
+		return command.Error(nil, errors.New("request data must be a JSON object with an action, "+
+			`e.g. {"action":"scale","tenant":"lab","group":"workers","count":3,"transaction":"t1"}; got `+got))
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			l.log.Error("rezuscloud_request handler panicked", zap.Any("panic", r))
-			resp = Response{Status: "error", Error: "internal error while handling the request",
-				Transaction: transactionOf(trimmed)}
+			resp = command.Error(transactionOf(trimmed), errors.New("internal error while handling the request"))
 		}
 	}()
 	resp = l.handle(l.ctx, trimmed)
-	if resp == nil {
-		resp = Response{Status: "error", Error: "internal error: the request produced no response",
-			Transaction: transactionOf(trimmed)}
+	if resp.Status == "" {
+		resp = command.Error(transactionOf(trimmed), errors.New("internal error: the request produced no response"))
 	}
 	return resp
 }
@@ -418,9 +406,9 @@ func orUnknown(s string) string {
 }
 
 // transactionOf extracts the transaction of a request, if it has one.
-func transactionOf(data json.RawMessage) any {
+func transactionOf(data json.RawMessage) json.RawMessage {
 	var env struct {
-		Transaction any `json:"transaction"`
+		Transaction json.RawMessage `json:"transaction"`
 	}
 	if json.Unmarshal(data, &env) != nil {
 		return nil

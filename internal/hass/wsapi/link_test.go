@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rezuscloud/rezuscloud/internal/command"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
@@ -114,11 +115,11 @@ func TestHandlerPanicAndNilAnswered(t *testing.T) {
 	fake := fakeha.New(testToken)
 	defer fake.Close()
 	c := startClient(t, fake, testOptions(fake.URL, testToken))
-	l := NewLink(c.Client, func(_ context.Context, data json.RawMessage) any {
+	l := NewLink(c.Client, func(_ context.Context, data json.RawMessage) command.Response {
 		if strings.Contains(string(data), "panic") {
 			panic("boom")
 		}
-		return nil
+		return command.Response{}
 	}, nil)
 	defer l.Close()
 	ctx := waitCtx(t)
