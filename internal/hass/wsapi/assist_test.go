@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass"
@@ -426,6 +427,71 @@ func TestAssistStateFile(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(path); string(b) != tc.body {
 				t.Errorf("state file changed: %s", b)
+			}
+		})
+	}
+}
+
+// TestAssistHostileStateFile: an assist.json that is a FIFO, a symlink to
+// /dev/zero, a huge sparse file or a directory is refused at once with an
+// error naming it, even with assist_expose off: nothing blocks (a FIFO
+// used to hold Run, and with it the add-on's stop, forever), nothing is
+// read (/dev/zero used to exhaust memory), nothing is sent to Home
+// Assistant and the file is left as it is.
+func TestAssistHostileStateFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want string
+		mode os.FileMode // the type the path keeps
+	}{
+		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file (a FIFO)", os.ModeNamedPipe},
+		{"dev zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "not a regular file (a character device)", os.ModeSymlink},
+		{"huge sparse", func(p string) error {
+			f, err := os.Create(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(1 << 40)
+		}, "larger than", 0},
+		{"directory", func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file (a directory)", os.ModeDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := fakeha.New(testToken)
+			defer fake.Close()
+			seedLab(fake)
+			path := filepath.Join(t.TempDir(), "assist.json")
+			if err := tc.make(path); err != nil {
+				t.Fatal(err)
+			}
+			// Should Run block on the FIFO, a writer lets it go on.
+			t.Cleanup(func() {
+				if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+			})
+			c := startClient(t, fake, testOptions(fake.URL, testToken))
+			if err := c.WaitConnected(waitCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			a := NewAssist(c.Client, AssistOptions{Enabled: false, StateFile: path}, nil)
+			errc := make(chan error, 1)
+			go func() { errc <- a.Run(context.Background()) }()
+			var err error
+			select {
+			case err = <-errc:
+			case <-waitCtx(t).Done():
+				t.Fatalf("Run has not returned: blocked on the %s at %s", tc.name, path)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Run = %v, want an error naming %s with %q", err, path, tc.want)
+			}
+			if n := len(fake.Commands("")); n != 0 {
+				t.Errorf("%d commands sent with a hostile state file", n)
+			}
+			if fi, lerr := os.Lstat(path); lerr != nil || fi.Mode().Type() != tc.mode {
+				t.Errorf("the state file changed: %v %v", fi.Mode(), lerr)
 			}
 		})
 	}
