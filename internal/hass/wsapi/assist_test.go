@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/rezuscloud/rezuscloud/internal/hass"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
+	"github.com/rezuscloud/rezuscloud/internal/safefile/safefiletest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -439,38 +439,13 @@ func TestAssistStateFile(t *testing.T) {
 // read (/dev/zero used to exhaust memory), nothing is sent to Home
 // Assistant and the file is left as it is.
 func TestAssistHostileStateFile(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		make func(path string) error
-		want string
-		mode os.FileMode // the type the path keeps
-	}{
-		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file (a FIFO)", os.ModeNamedPipe},
-		{"dev zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "not a regular file (a character device)", os.ModeSymlink},
-		{"huge sparse", func(p string) error {
-			f, err := os.Create(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return f.Truncate(1 << 40)
-		}, "larger than", 0},
-		{"directory", func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file (a directory)", os.ModeDir},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, k := range safefiletest.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
 			fake := fakeha.New(testToken)
 			defer fake.Close()
 			seedLab(fake)
 			path := filepath.Join(t.TempDir(), "assist.json")
-			if err := tc.make(path); err != nil {
-				t.Fatal(err)
-			}
-			// Should Run block on the FIFO, a writer lets it go on.
-			t.Cleanup(func() {
-				if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-					f.Close()
-				}
-			})
+			safefiletest.Put(t, k, path)
 			c := startClient(t, fake, testOptions(fake.URL, testToken))
 			if err := c.WaitConnected(waitCtx(t)); err != nil {
 				t.Fatal(err)
@@ -482,17 +457,15 @@ func TestAssistHostileStateFile(t *testing.T) {
 			select {
 			case err = <-errc:
 			case <-waitCtx(t).Done():
-				t.Fatalf("Run has not returned: blocked on the %s at %s", tc.name, path)
+				t.Fatalf("Run has not returned: blocked on the %s at %s", k.Name, path)
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
-				t.Fatalf("Run = %v, want an error naming %s with %q", err, path, tc.want)
+			if err == nil || !strings.Contains(err.Error(), k.Want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Run = %v, want an error naming %s with %q", err, path, k.Want)
 			}
 			if n := len(fake.Commands("")); n != 0 {
 				t.Errorf("%d commands sent with a hostile state file", n)
 			}
-			if fi, lerr := os.Lstat(path); lerr != nil || fi.Mode().Type() != tc.mode {
-				t.Errorf("the state file changed: %v %v", fi.Mode(), lerr)
-			}
+			safefiletest.Unchanged(t, k, path)
 		})
 	}
 }
