@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -201,6 +202,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	if cfg.AddonMode {
 		// the image's HEALTHCHECK: unhealthy only after the MQTT connection
 		// has been down for a long time (a broker restart is not a failure)
+		// and no operation has run for as long
 		if ln, err := net.Listen("tcp", health.DefaultAddr); err != nil {
 			log.Warn("health check endpoint not served", zap.Error(err))
 		} else {
@@ -209,7 +211,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 					return errors.New("not connected to the MQTT broker")
 				}
 				return nil
-			}, 10*time.Minute)
+			}, pubs.ops.busy, 10*time.Minute) // a restart would interrupt running operations
 			go func() { _ = health.Serve(ctx, ln, checker) }()
 		}
 	}
@@ -269,6 +271,27 @@ type fanout struct {
 	assist    *wsapi.Assist
 	baseTopic string
 	print     io.Writer
+	ops       opsGauge // for the health check
+}
+
+// opsGauge keeps the last count of running operations the engine
+// published (SetBridgeStatus), so that the health check can tell work in
+// progress. The engine may later answer this itself; this is the adapter
+// over what it publishes today.
+type opsGauge struct{ n atomic.Int64 }
+
+func (g *opsGauge) set(n int) { g.n.Store(int64(n)) }
+
+// busy is health's "is work in progress": what runs, "" when nothing does.
+func (g *opsGauge) busy() string {
+	switch n := g.n.Load(); n {
+	case 0:
+		return ""
+	case 1:
+		return "1 operation is running"
+	default:
+		return fmt.Sprintf("%d operations are running", n)
+	}
 }
 
 func (f *fanout) SetTenants(ts []*tenant.Tenant) {
@@ -281,7 +304,10 @@ func (f *fanout) SetTenantStatus(name string, st tenant.Status) {
 func (f *fanout) SetNodeStatus(tn, node string, st tenant.NodeStatus) {
 	f.bridge.SetNodeStatus(tn, node, st)
 }
-func (f *fanout) SetBridgeStatus(n int) { f.bridge.SetBridgeStatus(n) }
+func (f *fanout) SetBridgeStatus(n int) {
+	f.ops.set(n)
+	f.bridge.SetBridgeStatus(n)
+}
 
 // SetMachines shows the machines found on the LAN (engine.MachinePublisher).
 func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }

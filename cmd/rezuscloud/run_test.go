@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"slices"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/config"
+	"github.com/rezuscloud/rezuscloud/internal/hass"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
+	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -92,5 +95,29 @@ func TestWake(t *testing.T) {
 	n, _, err := l.ReadFrom(buf)
 	if err != nil || n != 102 || buf[101] != 0x32 {
 		t.Fatalf("fallback packet: %d bytes, %v", n, err)
+	}
+}
+
+// TestHealthSeesOperations: the count of running operations the engine
+// publishes reaches the health check through the fanout, so that the
+// watchdog does not restart the add-on during an apply in a long broker
+// outage (issue 19 item 10; the checker's clock is tested in
+// internal/health).
+func TestHealthSeesOperations(t *testing.T) {
+	pubs := fanout{bridge: hass.New(hass.Options{URL: "tcp://127.0.0.1:1", BaseTopic: "rezuscloud"}, nil, nil)}
+	c := health.NewChecker(func() error { return errors.New("not connected to the MQTT broker") }, pubs.ops.busy, 10*time.Minute)
+	for _, s := range []struct {
+		running int
+		note    string
+	}{
+		{2, "but 2 operations are running: not restarting"},
+		{1, "but 1 operation is running: not restarting"},
+		{0, "unhealthy after 10m0s"},
+	} {
+		pubs.SetBridgeStatus(s.running)
+		note, err := c.Check()
+		if err != nil || !strings.Contains(note, s.note) {
+			t.Fatalf("%d running: %q, %v; want healthy with %q", s.running, note, err, s.note)
+		}
 	}
 }
