@@ -45,9 +45,22 @@ func Read(path string, max int64) ([]byte, error) {
 	if err := check(fi, max); err != nil { // swapped since the first look
 		return nil, &os.PathError{Op: "read", Path: path, Err: err}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err // an *os.PathError naming the file
+	// sized from the descriptor, as os.ReadFile does; one byte more tells
+	// a file that grew past the cap since
+	data := make([]byte, 0, fi.Size()+1)
+	r := io.LimitReader(f, max+1)
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := r.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err // an *os.PathError naming the file
+		}
 	}
 	if int64(len(data)) > max { // it grew while being read
 		return nil, &os.PathError{Op: "read", Path: path, Err: &sizeError{max: max, size: -1}}
