@@ -651,6 +651,7 @@ type stream struct {
 	completed      int
 
 	planned  []Event
+	drift    []Event // resource_drift
 	errors   []Diagnostic
 	warnings []Diagnostic
 	summary  *ChangeSummary
@@ -671,6 +672,8 @@ func (s *stream) handle(ev Event, opts RunOptions) {
 		s.planned = append(s.planned, ev)
 		s.sawPlanned = true
 		s.streamPlanned += changeWeight(ev.Action)
+	case EventResourceDrift:
+		s.drift = append(s.drift, ev)
 	case EventLog:
 		// tofu init -json prints its errors as untyped lines.
 		if ev.Level == "error" {
