@@ -203,6 +203,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	if cfg.AddonMode {
 		// the image's HEALTHCHECK: unhealthy only after the MQTT connection
 		// has been down for a long time (a broker restart is not a failure)
+		// and no operation has run for as long
 		if ln, err := net.Listen("tcp", health.DefaultAddr); err != nil {
 			log.Warn("health check endpoint not served", zap.Error(err))
 		} else {
@@ -211,7 +212,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 					return errors.New("not connected to the MQTT broker")
 				}
 				return nil
-			}, 10*time.Minute)
+			}, eng.Busy, 10*time.Minute) // a restart would interrupt running operations
 			go func() { _ = health.Serve(ctx, ln, checker) }()
 		}
 	}

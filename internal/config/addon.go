@@ -9,9 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // Options are the add-on options a user sets in Home Assistant's UI, as the
@@ -82,7 +83,7 @@ const (
 func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config, error) {
 	cfg := Default()
 	cfg.AddonMode = true
-	data, err := os.ReadFile(optionsPath)
+	data, err := safefile.Read(optionsPath, maxConfigFile)
 	if err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/discovery"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/topic"
 )
 
@@ -197,7 +198,7 @@ func Default() Config {
 // Unknown keys are errors, located by line and column.
 func LoadFile(path string) (Config, error) {
 	cfg := Default()
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, maxConfigFile)
 	if err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
@@ -318,6 +319,13 @@ func (c *Config) Secrets() []string {
 // PassphraseFile is where a generated state passphrase is kept.
 const PassphraseFile = "state-passphrase"
 
+// maxConfigFile caps the configuration and options files; maxPassphraseFile
+// the passphrase file (one line of 43 characters when generated).
+const (
+	maxConfigFile     = 1 << 20
+	maxPassphraseFile = 4 << 10
+)
+
 // StatePassphrase returns the configured state passphrase, or the one
 // generated earlier under dataDir, or generates one now (0600) and reports
 // created so the caller can tell the user to back it up.
@@ -326,7 +334,7 @@ func StatePassphrase(dataDir string, configured Secret) (p Secret, created bool,
 		return configured, false, nil
 	}
 	path := filepath.Join(dataDir, PassphraseFile)
-	if b, err := os.ReadFile(path); err == nil {
+	if b, err := safefile.Read(path, maxPassphraseFile); err == nil {
 		s := strings.TrimSpace(string(b))
 		if len(s) < 16 {
 			return "", false, fmt.Errorf("state passphrase %s is shorter than 16 characters: restore it from your backup", path)

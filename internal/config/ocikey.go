@@ -7,11 +7,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // Where an add-on may read the OCI key file from: its own config folder
@@ -124,17 +124,12 @@ func readKeyFile(path string, dirs []string) (Secret, error) {
 	if err := checkKeyPath(path, dirs); err != nil {
 		return "", err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxKeyFile {
+	b, err := safefile.Read(path, maxKeyFile)
+	if errors.Is(err, safefile.ErrTooLarge) {
 		return "", fmt.Errorf("%s is larger than %d KB: not a key file", path, maxKeyFile>>10)
+	}
+	if err != nil {
+		return "", err
 	}
 	return Secret(b), nil
 }

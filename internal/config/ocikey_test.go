@@ -114,7 +114,7 @@ func TestLoadAddonOCIKey(t *testing.T) {
 		{`,"oci_private_key_file":"/etc/shadow"`, `oci_private_key_file: "/etc/shadow" is not under /config or /share`},
 		{`,"oci_private_key_file":"/config/../etc/shadow"`, "must be a clean absolute path"},
 		{`,"oci_private_key_file":"key.pem"`, "must be a clean absolute path"},
-		{`,"oci_private_key_file":"/config/missing-oci-key.pem"`, "oci_private_key_file: open /config/missing-oci-key.pem"},
+		{`,"oci_private_key_file":"/config/missing-oci-key.pem"`, "oci_private_key_file: stat /config/missing-oci-key.pem: no such file"},
 		{`,"oci_private_key":"` + flat + `","oci_private_key_file":"/config/k.pem"`, "not both"},
 	} {
 		if _, err := LoadAddon(context.Background(), opts(tc.extra), Supervisor{}); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -485,13 +485,35 @@ func (e *Engine) enqueueLocked(ts *tenantState, op operation) error {
 	}
 }
 
-// Busy reports whether any operation runs or waits (the health check
-// keeps a busy add-on alive).
-func (e *Engine) Busy() bool {
+// Busy says what work is in progress ("" when none): operations running
+// or queued, and waits for a tofu an earlier process left running. The
+// health check keeps a busy add-on alive, whatever else is wrong.
+func (e *Engine) Busy() string {
+	running, queued, recovering := 0, 0, 0
 	for _, ts := range e.states() {
-		if ts.busy() {
-			return true
+		ts.mu.Lock()
+		if ts.run != nil {
+			running++
 		}
+		if ts.recovering {
+			recovering++
+		}
+		queued += len(ts.queue)
+		ts.mu.Unlock()
 	}
-	return false
+	var parts []string
+	switch running {
+	case 0:
+	case 1:
+		parts = append(parts, "1 operation is running")
+	default:
+		parts = append(parts, fmt.Sprintf("%d operations are running", running))
+	}
+	if queued > 0 {
+		parts = append(parts, fmt.Sprintf("%d queued", queued))
+	}
+	if recovering > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting for an earlier tofu", recovering))
+	}
+	return strings.Join(parts, ", ")
 }

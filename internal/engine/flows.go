@@ -734,7 +734,7 @@ const resetBound = 2 * time.Minute
 // does not answer a graceful reset is named, with what the user can do.
 func (ts *tenantState) resetNodes(ctx context.Context, r *run, t *tenant.Tenant, names []string, graceful bool) error {
 	e := ts.e
-	tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+	tc, err := talos.LoadTalosconfig(e.talosconfigPath(ts.name))
 	if err != nil {
 		return nil // never configured: nothing to reset
 	}

@@ -129,6 +129,9 @@ func TestUnitCancelDuringApply(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("tofu apply never started")
 		}
+		if b := f.eng.Busy(); b != "1 operation is running" {
+			t.Errorf("Busy during the apply: %q", b)
+		}
 		if err := lastErr(f.eng.Cancel(context.Background(), "lab")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}

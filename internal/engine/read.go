@@ -140,7 +140,7 @@ func (e *Engine) Secret(name, kind string) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("tenant %s: no secret %q (kubeconfig or talosconfig)", name, kind)
 	}
-	data, err := os.ReadFile(path)
+	data, err := talos.LoadTalosconfig(path) // any small secret file: kubeconfig too
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s has no %s yet: press Apply", name, kind)
 	}

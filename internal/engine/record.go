@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
@@ -195,11 +196,15 @@ func (rs *records) commit(change func(*record), act func() error) error {
 	return act()
 }
 
-// loadRecord reads a tenant's record; a missing one is empty.
+// maxRecord bounds a record file: a record of 100 nodes is some 30 KB.
+const maxRecord = 4 << 20
+
+// loadRecord reads a tenant's record; a missing one is empty, one that is
+// not a small regular file is an error that names it.
 func (e *Engine) loadRecord(name string) (record, error) {
 	var r record
 	path := e.recordPath(name)
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, maxRecord)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -42,7 +41,8 @@ type tenantState struct {
 	obs map[string]nodeObs
 	// obsChanged is closed and replaced whenever obs changes (waits)
 	obsChanged chan struct{}
-	recovering bool // waiting for a tofu an earlier process left running
+	recovering bool   // waiting for a tofu an earlier process left running
+	recoverErr string // why the workspace could not be recovered ("" when it was)
 
 	forgotten bool // destroyed and without a file: keep no record
 	seen      bool // a file was seen since start-up
@@ -96,7 +96,7 @@ func interruptedMessage(op string, ro *rolloutRecord) string {
 // facts copies the inputs of the view. Called with ts.mu held.
 func (ts *tenantState) factsLocked() facts {
 	f := facts{name: ts.name, spec: ts.spec, applied: ts.applied, rec: ts.recs.get(), last: ts.last,
-		obs: make(map[string]nodeObs, len(ts.obs)), drift: ts.drift, backup: ts.backup, recovering: ts.recovering,
+		obs: make(map[string]nodeObs, len(ts.obs)), drift: ts.drift, backup: ts.backup, recovering: ts.recovering, recoverErr: ts.recoverErr,
 		now: ts.e.now(), opts: ts.e.viewOpts}
 	for n, o := range ts.obs {
 		f.obs[n] = o
@@ -240,7 +240,7 @@ func (ts *tenantState) target(name string) (talos.Target, bool) {
 
 // talosconfig is the tenant's talosconfig, or an error that says to apply.
 func (ts *tenantState) talosconfig() ([]byte, error) {
-	tc, err := os.ReadFile(ts.e.talosconfigPath(ts.name))
+	tc, err := talos.LoadTalosconfig(ts.e.talosconfigPath(ts.name))
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s has no talosconfig: press Apply", ts.name)
 	}
@@ -321,7 +321,7 @@ func (e *Engine) updatePollTargets() {
 			}
 		}
 		ts.mu.Unlock()
-		tc, err := os.ReadFile(e.talosconfigPath(ts.name))
+		tc, err := talos.LoadTalosconfig(e.talosconfigPath(ts.name))
 		if err != nil {
 			continue
 		}
@@ -350,20 +350,25 @@ func (ts *tenantState) work(recover bool) {
 // of more than a second is shown; the tenant's operations queue behind it.
 func (ts *tenantState) recover() {
 	e := ts.e
-	done := false // under ts.mu
+	done, was := false, false // under ts.mu
 	show := time.AfterFunc(time.Second, func() {
 		ts.mu.Lock()
 		ts.recovering = !done
 		ts.mu.Unlock()
 		ts.changed()
 	})
-	if err := e.opts.Infra.Recover(e.opCtx(), ts.name); err != nil {
+	err := e.opts.Infra.Recover(e.opCtx(), ts.name)
+	if err != nil {
 		e.log.Error("recovering the tofu workspace", zap.String("tenant", ts.name), zap.Error(err))
 	}
 	show.Stop()
 	ts.mu.Lock()
 	done = true
-	was := ts.recovering
+	if err != nil {
+		ts.recoverErr = err.Error()
+		was = true
+	}
+	was = was || ts.recovering
 	ts.recovering = false
 	ts.mu.Unlock()
 	if was {

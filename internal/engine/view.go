@@ -33,6 +33,7 @@ type facts struct {
 	// recovering: a tofu an earlier rezuscloud left running is being
 	// waited for before the tenant takes operations
 	recovering bool
+	recoverErr string // the workspace could not be recovered at start-up
 	now        time.Time
 	opts       viewOptions
 }
@@ -395,6 +396,9 @@ func problems(f facts, st tenant.Status, nodes map[string]tenant.NodeStatus, dow
 	if st.BackupStale {
 		ps = append(ps, fmt.Sprintf("the newest etcd backup is from %s, more than twice the backup interval ago",
 			st.Backup.At.UTC().Format(time.RFC3339)))
+	}
+	if f.recoverErr != "" {
+		ps = append(ps, "the OpenTofu workspace could not be recovered at start-up, so its state lock is kept: "+f.recoverErr)
 	}
 	if f.recovering {
 		ps = append(ps, "waiting for an OpenTofu run that an earlier rezuscloud left behind to finish")

@@ -27,7 +27,7 @@ func TestCheckerGrace(t *testing.T) {
 			return errors.New("mqtt not connected")
 		}
 		return nil
-	}, time.Minute)
+	}, nil, time.Minute)
 	c.now = clk.now
 	steps := []struct {
 		name    string
@@ -57,6 +57,74 @@ func TestCheckerGrace(t *testing.T) {
 	}
 }
 
+// TestCheckerWorkInProgress: a long broker outage does not make the add-on
+// unhealthy (and the watchdog restart it) while an operation runs; the
+// body says why. Once the work ends, the grace counts from then: the
+// watchdog restarts only after a full grace without work and without the
+// broker.
+func TestCheckerWorkInProgress(t *testing.T) {
+	var down atomic.Bool
+	var running atomic.Int64
+	clk := &clock{}
+	c := NewChecker(func() error {
+		if down.Load() {
+			return errors.New("not connected to the MQTT broker")
+		}
+		return nil
+	}, func() string {
+		if n := running.Load(); n > 0 {
+			return "an operation is running"
+		}
+		return ""
+	}, 10*time.Minute)
+	c.now = clk.now
+	steps := []struct {
+		name    string
+		down    bool
+		ops     int64
+		advance time.Duration
+		healthy bool
+		body    string // the note ("" none), or the error
+	}{
+		{"idle, connected", false, 0, 0, true, ""},
+		{"an apply starts", false, 1, time.Minute, true, ""},
+		{"the broker goes", true, 1, 0, true, "not connected to the MQTT broker, but an operation is running"},
+		{"long past the grace, still applying", true, 1, 3 * time.Hour, true, "not restarting while work is in progress"},
+		{"the apply ends: the grace starts now", true, 0, time.Minute, true, "(for 1m0s, unhealthy after 10m0s)"},
+		{"within the grace", true, 0, 8 * time.Minute, true, "(for 9m0s, unhealthy after 10m0s)"},
+		{"grace over without work", true, 0, time.Minute, false, "not connected to the MQTT broker (for 10m0s)"},
+		{"another operation starts", true, 1, time.Minute, true, "an operation is running"},
+		{"it ends, the grace again", true, 0, 9 * time.Minute, true, "(for 9m0s"},
+		{"and again over", true, 0, time.Minute, false, "(for 10m0s)"},
+		{"the broker is back", false, 0, time.Hour, true, ""},
+	}
+	for _, s := range steps {
+		down.Store(s.down)
+		running.Store(s.ops)
+		clk.advance(s.advance)
+		note, err := c.Check()
+		if (err == nil) != s.healthy {
+			t.Fatalf("%s: Check() = %q, %v, want healthy=%v", s.name, note, err, s.healthy)
+		}
+		got := note
+		if err != nil {
+			got = err.Error()
+		}
+		if s.body == "" && got != "" || !strings.Contains(got, s.body) {
+			t.Fatalf("%s: got %q, want %q", s.name, got, s.body)
+		}
+	}
+
+	// The body says why it is healthy.
+	down.Store(true)
+	running.Store(2)
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "ok: not connected to the MQTT broker, but an operation is running") {
+		t.Fatalf("%d %q", rec.Code, rec.Body.String())
+	}
+}
+
 func TestHandler(t *testing.T) {
 	var down atomic.Bool
 	c := NewChecker(func() error {
@@ -64,7 +132,7 @@ func TestHandler(t *testing.T) {
 			return errors.New("mqtt not connected")
 		}
 		return nil
-	}, time.Nanosecond)
+	}, nil, time.Nanosecond)
 	tests := []struct {
 		method, path string
 		down         bool
@@ -98,7 +166,7 @@ func TestServe(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, NewChecker(func() error { return nil }, 0)) }()
+	go func() { done <- Serve(ctx, ln, NewChecker(func() error { return nil }, nil, 0)) }()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
 	if err != nil {
 		t.Fatal(err)

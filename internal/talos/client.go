@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rezuscloud/rezuscloud/internal/backoff"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -176,6 +177,12 @@ func Kubeconfig(ctx context.Context, t Target, talosconfig []byte) ([]byte, erro
 
 // SaveKubeconfig writes a kubeconfig (or talosconfig) atomically, mode 0600.
 func SaveKubeconfig(path string, data []byte) error { return writeSecretFile(path, data) }
+
+// LoadTalosconfig reads a talosconfig (or kubeconfig) SaveKubeconfig wrote:
+// a regular file of at most 1 MiB, else an error naming it (safefile), so
+// that a FIFO or /dev/zero in its place can neither block nor exhaust the
+// caller. A missing file gives an error matching fs.ErrNotExist.
+func LoadTalosconfig(path string) ([]byte, error) { return safefile.Read(path, maxSecretFile) }
 
 // Reboot reboots a configured node.
 func Reboot(ctx context.Context, t Target, talosconfig []byte) error {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.yaml.in/yaml/v4"
@@ -70,10 +71,16 @@ func NewSecrets(talosVersion string) (*secrets.Bundle, error) {
 	return b, nil
 }
 
+// maxSecretFile caps a secrets bundle or a talosconfig read back from the
+// data dir (a few kilobytes each).
+const maxSecretFile = 1 << 20
+
 // LoadSecrets reads and validates a secrets bundle file. A missing file gives
-// an error matching fs.ErrNotExist.
+// an error matching fs.ErrNotExist; anything but a regular file of at most
+// 1 MiB is refused unread (safefile), which LoadOrCreateSecrets never takes
+// for a missing bundle.
 func LoadSecrets(path string) (*secrets.Bundle, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, maxSecretFile)
 	if err != nil {
 		return nil, err
 	}

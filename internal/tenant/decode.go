@@ -4,17 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // MaxFileSize bounds a tenant file; anything larger is not a tenant file.
@@ -82,72 +82,12 @@ func Load(path string) (*Tenant, error) {
 	return Parse(path, data)
 }
 
-// errNotRegular and errTooLarge are the file problems readTenantFile finds
-// before reading anything.
-var (
-	errNotRegular = errors.New("not a regular file")
-	errTooLarge   = fmt.Errorf("file is larger than %d bytes", MaxFileSize)
-)
-
-// readTenantFile reads a tenant file of at most MaxFileSize bytes. Anything
-// that is not a regular file (a FIFO, a device such as /dev/zero, a
-// directory, also behind a symlink) is refused before it is opened, and the
-// open is non-blocking and checked again on the descriptor, so a file
-// swapped in between can neither block the caller nor be read without end.
-// The error names the file.
+// readTenantFile reads a tenant file of at most MaxFileSize bytes through
+// safefile: a FIFO, a device such as /dev/zero, a directory (also behind a
+// symlink) or an oversized file is refused before anything is read, and
+// nothing can block the caller. The error names the file.
 func readTenantFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTenantFile(fi); err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, err
-	}
-	if err := checkTenantFile(fi); err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err // an *os.PathError naming the file
-	}
-	if len(data) > MaxFileSize {
-		return nil, &os.PathError{Op: "read", Path: path, Err: errTooLarge}
-	}
-	return data, nil
-}
-
-func checkTenantFile(fi os.FileInfo) error {
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w (%s)", errNotRegular, fileKind(fi.Mode()))
-	}
-	if fi.Size() > MaxFileSize {
-		return fmt.Errorf("%w (it has %d)", errTooLarge, fi.Size())
-	}
-	return nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return "mode " + m.String()
+	return safefile.Read(path, MaxFileSize)
 }
 
 // fileProblem is the message of a read error for a Problem, which names

@@ -127,7 +127,7 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 	}()
 	ws := &Workspace{dir: filepath.Join(dataDir, "work", "lab")}
 	t.Cleanup(func() {
-		if p, ok := ws.readProcRecord(); ok && p.alive() {
+		if p, ok, _ := ws.readProcRecord(); ok && p.alive() {
 			syscall.Kill(-p.PID, syscall.SIGKILL)
 		}
 	})
@@ -148,8 +148,8 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 	<-lines
 
 	// The orphan: recorded and alive after its add-on is gone.
-	orphan, ok := ws.readProcRecord()
-	if !ok || !orphan.alive() || orphan.Op != "apply" {
+	orphan, ok, err := ws.readProcRecord()
+	if err != nil || !ok || !orphan.alive() || orphan.Op != "apply" {
 		t.Fatalf("no live tofu recorded after the add-on was killed: %+v (alive %v)", orphan, orphan.alive())
 	}
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // ProcessFile is where a workspace records the tofu it runs, so that a tofu
@@ -100,18 +101,26 @@ func (w *Workspace) writeProcRecord(p procRecord) error {
 	return atomicfile.Write(w.procFile(), b, 0o600)
 }
 
+// maxProcRecord caps the process record (a few hundred bytes).
+const maxProcRecord = 64 << 10
+
 // readProcRecord returns the recorded tofu, ok=false when none is recorded
-// (or the record is unreadable: then no process can be identified by it).
-func (w *Workspace) readProcRecord() (procRecord, bool) {
-	b, err := os.ReadFile(w.procFile())
+// (or the record does not parse: then no process can be identified by it).
+// Something that cannot be read as a file (a FIFO, a device, a directory,
+// a file too large) is an error: a tofu it may have named could be alive.
+func (w *Workspace) readProcRecord() (procRecord, bool, error) {
+	b, err := safefile.Read(w.procFile(), maxProcRecord)
+	if errors.Is(err, fs.ErrNotExist) {
+		return procRecord{}, false, nil
+	}
 	if err != nil {
-		return procRecord{}, false
+		return procRecord{}, false, fmt.Errorf("tofu process record: %w", err)
 	}
 	var p procRecord
 	if json.Unmarshal(b, &p) != nil || p.PID <= 0 {
-		return procRecord{}, false
+		return procRecord{}, false, nil
 	}
-	return p, true
+	return p, true, nil
 }
 
 func (w *Workspace) removeProcRecord() {

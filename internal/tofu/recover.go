@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
@@ -38,7 +38,11 @@ func (r *Runner) Recover(ctx context.Context, tenant string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	log := r.log.With(zap.String("tenant", tenant))
-	if p, ok := w.readProcRecord(); ok {
+	p, ok, err := w.readProcRecord()
+	if err != nil {
+		return fmt.Errorf("tofu recover %s: %w; its state lock is kept", tenant, err)
+	}
+	if ok {
 		if p.alive() && r.cfg.FinishGrace > 0 {
 			log.Warn("waiting for a tofu left running by the previous add-on to finish", zap.Int("pid", p.PID),
 				zap.String("command", p.Op), zap.Time("started", p.Started), zap.Duration("finish", r.cfg.FinishGrace))
@@ -105,7 +109,7 @@ func parseStateMeta(data []byte) (stateMeta, error) {
 // file is left alone: the lock may be the tofu still writing it.
 func (w *Workspace) recoverErroredState(op string) error {
 	p := filepath.Join(w.dir, ErroredStateFile)
-	data, err := readLimited(p, httpstate.MaxStateSize)
+	data, err := safefile.Read(p, httpstate.MaxStateSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -164,28 +168,4 @@ func moveAside(p, why string) (string, error) {
 	}
 	_ = os.Chmod(dst, 0o600)
 	return dst, nil
-}
-
-// readLimited reads a regular file of at most max bytes.
-func readLimited(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", p)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", p, max)
-	}
-	return data, nil
 }

@@ -84,6 +84,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
@@ -220,7 +221,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	if cfg.CLIConfigFile != "" {
-		if r.cliBytes, err = os.ReadFile(cfg.CLIConfigFile); err != nil {
+		if r.cliBytes, err = safefile.Read(cfg.CLIConfigFile, maxSmallFile); err != nil {
 			return nil, fmt.Errorf("tofu: CLI config: %w", err)
 		}
 	}
@@ -480,7 +481,7 @@ func (w *Workspace) Init(ctx context.Context, opts RunOptions) error {
 }
 
 func (w *Workspace) init(ctx context.Context, opts RunOptions) error {
-	doc, err := os.ReadFile(filepath.Join(w.dir, ConfigFile))
+	doc, err := safefile.Read(filepath.Join(w.dir, ConfigFile), maxDocument)
 	if err != nil {
 		return fmt.Errorf("tofu init %s: no document: %w", w.name, err)
 	}
@@ -500,7 +501,7 @@ func (w *Workspace) init(ctx context.Context, opts RunOptions) error {
 
 // needsInit reports whether the init stamp is missing or stale.
 func (w *Workspace) needsInit() (bool, error) {
-	doc, err := os.ReadFile(filepath.Join(w.dir, ConfigFile))
+	doc, err := safefile.Read(filepath.Join(w.dir, ConfigFile), maxDocument)
 	if err != nil {
 		return false, fmt.Errorf("tofu %s: no document (WriteConfig first): %w", w.name, err)
 	}
@@ -508,7 +509,7 @@ func (w *Workspace) needsInit() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	old, err := os.ReadFile(filepath.Join(w.dir, initStampFile))
+	old, err := safefile.Read(filepath.Join(w.dir, initStampFile), maxSmallFile)
 	if err != nil {
 		return true, nil
 	}
@@ -517,6 +518,14 @@ func (w *Workspace) needsInit() (bool, error) {
 	}
 	return strings.TrimSpace(string(old)) != hash, nil
 }
+
+// maxDocument caps the tofu document read back from a workspace (what
+// WriteConfig wrote: kilobytes per node); maxSmallFile the CLI config and
+// the init stamp.
+const (
+	maxDocument  = 64 << 20
+	maxSmallFile = 1 << 20
+)
 
 // ErroredStateFile is where tofu writes state it could not upload (the
 // backend was gone, e.g. the add-on died mid-apply). It is encrypted like
@@ -642,6 +651,7 @@ type stream struct {
 	completed      int
 
 	planned  []Event
+	drift    []Event // resource_drift
 	errors   []Diagnostic
 	warnings []Diagnostic
 	summary  *ChangeSummary
@@ -662,6 +672,8 @@ func (s *stream) handle(ev Event, opts RunOptions) {
 		s.planned = append(s.planned, ev)
 		s.sawPlanned = true
 		s.streamPlanned += changeWeight(ev.Action)
+	case EventResourceDrift:
+		s.drift = append(s.drift, ev)
 	case EventLog:
 		// tofu init -json prints its errors as untyped lines.
 		if ev.Level == "error" {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // AssistAssistant is the assistant rezuscloud exposes entities to: Assist,
@@ -28,6 +29,10 @@ const EventRegistryUpdated = "entity_registry_updated"
 const AssistStateVersion = 1
 
 const assistRetry = 10 * time.Second // after a failed sync on a live connection
+
+// maxAssistState caps the Assist state file: a few hundred bytes per
+// entity, so this is far more than any installation writes.
+const maxAssistState = 4 << 20
 
 // AssistOptions configure an Assist.
 type AssistOptions struct {
@@ -230,7 +235,7 @@ func (r *assistRecord) empty() bool {
 
 func loadAssistState(path string) (*assistState, error) {
 	st := &assistState{Version: AssistStateVersion, Entities: map[string]*assistRecord{}}
-	data, err := os.ReadFile(path)
+	data, err := safefile.Read(path, maxAssistState)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/hass"
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
+	"github.com/rezuscloud/rezuscloud/internal/safefile/safefiletest"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -427,6 +428,44 @@ func TestAssistStateFile(t *testing.T) {
 			if b, _ := os.ReadFile(path); string(b) != tc.body {
 				t.Errorf("state file changed: %s", b)
 			}
+		})
+	}
+}
+
+// TestAssistHostileStateFile: an assist.json that is a FIFO, a symlink to
+// /dev/zero, a huge sparse file or a directory is refused at once with an
+// error naming it, even with assist_expose off: nothing blocks (a FIFO
+// used to hold Run, and with it the add-on's stop, forever), nothing is
+// read (/dev/zero used to exhaust memory), nothing is sent to Home
+// Assistant and the file is left as it is.
+func TestAssistHostileStateFile(t *testing.T) {
+	for _, k := range safefiletest.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			fake := fakeha.New(testToken)
+			defer fake.Close()
+			seedLab(fake)
+			path := filepath.Join(t.TempDir(), "assist.json")
+			safefiletest.Put(t, k, path)
+			c := startClient(t, fake, testOptions(fake.URL, testToken))
+			if err := c.WaitConnected(waitCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			a := NewAssist(c.Client, AssistOptions{Enabled: false, StateFile: path}, nil)
+			errc := make(chan error, 1)
+			go func() { errc <- a.Run(context.Background()) }()
+			var err error
+			select {
+			case err = <-errc:
+			case <-waitCtx(t).Done():
+				t.Fatalf("Run has not returned: blocked on the %s at %s", k.Name, path)
+			}
+			if err == nil || !strings.Contains(err.Error(), k.Want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Run = %v, want an error naming %s with %q", err, path, k.Want)
+			}
+			if n := len(fake.Commands("")); n != 0 {
+				t.Errorf("%d commands sent with a hostile state file", n)
+			}
+			safefiletest.Unchanged(t, k, path)
 		})
 	}
 }

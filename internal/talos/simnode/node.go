@@ -104,6 +104,9 @@ type Node struct {
 	gen         int     // lifecycle generation; sequences stop when it moves on
 	failBoot    int
 	failInstall int          // maintenance applies whose install fails (back to maintenance)
+	resetFault  ResetFault   // fault.go
+	resetResume func()       // a hung reset: finishes it (called locked)
+	dead        bool         // Die: PowerOn and ClearFault do nothing
 	upg         upgradeState // upgrade.go
 	counts      Counts
 	closed      bool
@@ -290,6 +293,9 @@ func (n *Node) PoweredOff() bool {
 func (n *Node) PowerOn() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.dead {
+		return
+	}
 	if n.upg.stuck && !n.closed {
 		n.unstickLocked() // upgrade.go
 		return
@@ -568,6 +574,9 @@ func (n *Node) rebootSteps() []step {
 			n.down, n.secure = false, true
 			if err := n.startServerLocked(); err != nil {
 				n.down = true
+			}
+			if n.upg.stalled { // upgrade.go: booting for good
+				n.gen++ // cancels the rest of the boot
 			}
 			return nil
 		}},

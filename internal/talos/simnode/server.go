@@ -484,8 +484,7 @@ func (s *machineServer) Reset(_ context.Context, req *machineapi.ResetRequest) (
 	if !req.GetReboot() {
 		// halt: the machine powers off and stays off until PowerOn
 		n.counts.Halt++
-		n.sequenceLocked(
-			step{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageResetting, true); return nil }},
+		n.resetLocked( // fault.go: resetting first, then these
 			step{delay: n.opts.ResetDelay, do: func(n *Node) *server {
 				n.cfg, n.cfgBytes = nil, nil
 				n.off = true
@@ -495,8 +494,7 @@ func (s *machineServer) Reset(_ context.Context, req *machineapi.ResetRequest) (
 		)
 		return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: "sim-reset"}}}, nil
 	}
-	n.sequenceLocked(
-		step{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageResetting, true); return nil }},
+	n.resetLocked(
 		step{delay: n.opts.ResetDelay, do: func(n *Node) *server {
 			n.cfg, n.cfgBytes = nil, nil
 			n.setStageLocked(runtime.MachineStageRebooting, true)

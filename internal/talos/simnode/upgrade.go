@@ -64,6 +64,18 @@ const (
 	// from the reboot into the new version: it stays down until ClearFault
 	// or PowerOn, then boots the version it ran before (A/B fallback).
 	UpgradeNeverBack
+	// UpgradeStuckBooting: the install works and the node boots the new
+	// version, answers on its secure API, but stays in stage booting (not
+	// ready, "kubelet is starting") at every boot until ClearFault; then it
+	// goes on to running.
+	UpgradeStuckBooting
+	// UpgradeHangs: the installer never ends. LifecycleService.Upgrade
+	// sends its first progress message and nothing more; the legacy
+	// Upgrade is accepted. The node answers, in stage upgrading, and
+	// refuses another upgrade as in progress, also after the client gave
+	// up on the stream; ClearFault lets the install finish (as a working
+	// one: the legacy Upgrade then reboots into it).
+	UpgradeHangs
 )
 
 func (f UpgradeFault) String() string {
@@ -76,6 +88,10 @@ func (f UpgradeFault) String() string {
 		return "install fails"
 	case UpgradeNeverBack:
 		return "never comes back"
+	case UpgradeStuckBooting:
+		return "stuck booting"
+	case UpgradeHangs:
+		return "installer hangs"
 	}
 	return "UpgradeFault(" + strconv.Itoa(int(f)) + ")"
 }
@@ -97,8 +113,10 @@ type upgradeState struct {
 	installing bool
 	pending    *installed // installed, booted at the next reboot
 	fault      UpgradeFault
-	stuck      bool  // down for good after a failed boot (UpgradeNeverBack)
-	truncate   int64 // >0: the next snapshot stream ends cleanly after that many bytes
+	stuck      bool   // down for good after a failed boot (UpgradeNeverBack)
+	stalled    bool   // booting for good (UpgradeStuckBooting)
+	resume     func() // a hung install (UpgradeHangs): finishes it; called locked
+	truncate   int64  // >0: the next snapshot stream ends cleanly after that many bytes
 	k8s        k8sImages
 }
 
@@ -118,9 +136,14 @@ func (n *Node) FailUpgrade(f UpgradeFault) {
 // an upgrade (UpgradeNeverBack) boots now (after BootDelay) on the version
 // it ran before; one still on its way down into it comes back on that
 // version too.
+// A node stuck booting (UpgradeStuckBooting) goes on to running; a hung
+// install (UpgradeHangs) finishes. A hanging reset (FailReset) completes.
 func (n *Node) ClearFault() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.dead {
+		return
+	}
 	old := n.upg.fault
 	n.upg.fault = UpgradeWorks
 	switch {
@@ -129,14 +152,27 @@ func (n *Node) ClearFault() {
 	case old == UpgradeNeverBack && n.upg.pending != nil && (n.down || n.stage == runtime.MachineStageRebooting):
 		n.upg.pending = nil
 	}
+	if n.upg.stalled {
+		n.upg.stalled = false
+		if n.stage == runtime.MachineStageBooting && !n.down {
+			n.sequenceLocked(step{delay: n.opts.BootDelay, do: func(n *Node) *server { n.runningLocked(); return nil }})
+		}
+	}
+	if r := n.upg.resume; r != nil {
+		n.upg.resume = nil
+		r()
+	}
+	n.clearResetFaultLocked() // fault.go
 }
 
-// Stuck reports a node that did not come back from an upgrade's reboot
-// (UpgradeNeverBack): down until ClearFault or PowerOn.
+// Stuck reports a node that did not come back from an upgrade: down after
+// its reboot (UpgradeNeverBack), booting for good (UpgradeStuckBooting) or
+// with its installer hanging (UpgradeHangs), until ClearFault (or PowerOn,
+// for a node that is down).
 func (n *Node) Stuck() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.upg.stuck
+	return n.upg.stuck || n.upg.stalled || n.upg.resume != nil
 }
 
 // unstickLocked boots a node stuck after a failed upgrade boot, on its old
@@ -193,6 +229,7 @@ func (n *Node) bootInstalledLocked() bool {
 	}
 	n.upg.pending = nil
 	n.upg.version, n.upg.schematic = p.version, p.schematic
+	n.upg.stalled = n.upg.fault == UpgradeStuckBooting
 	n.syncRuntimeLocked()
 	return true
 }
@@ -315,6 +352,12 @@ func (s *lifecycleServer) Upgrade(req *machineapi.LifecycleServiceUpgradeRequest
 	}
 	in, perr := installerImage(image)
 	err := send("running installer " + image)
+	if err == nil && fault == UpgradeHangs {
+		if err = n.hangInstall(srv.Context(), in, perr); err != nil {
+			return err // the node goes on hanging: the client gave up
+		}
+		fault = UpgradeWorks
+	}
 	if err == nil && delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -354,6 +397,50 @@ func (s *lifecycleServer) Upgrade(req *machineapi.LifecycleServiceUpgradeRequest
 	return exit(0)
 }
 
+// hangInstall holds a lifecycle install whose installer hangs
+// (UpgradeHangs) until ClearFault (nil: the install goes on as a working
+// one) or until the client gives up or the node closes (the error). A node
+// whose client gave up keeps hanging in stage upgrading, refusing other
+// upgrades; ClearFault then finishes the install by itself.
+func (n *Node) hangInstall(ctx context.Context, in installed, perr error) error {
+	release := make(chan struct{})
+	n.mu.Lock()
+	n.upg.resume = func() { close(release) }
+	n.mu.Unlock()
+	var err error
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-n.ctx.Done():
+		return status.Error(codes.Unavailable, "node is shutting down")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	select {
+	case <-release: // cleared meanwhile
+		return nil
+	default:
+	}
+	if n.off || n.closed { // the power went: nothing hangs any more
+		n.upg.installing = false
+		n.upg.resume = nil
+		return err
+	}
+	gen := n.gen
+	n.upg.resume = func() {
+		n.upg.installing = false
+		if perr == nil {
+			n.upg.pending = &in
+		}
+		if n.gen == gen && n.stage == runtime.MachineStageUpgrading {
+			n.runningLocked()
+		}
+	}
+	return err
+}
+
 // Upgrade is the legacy MachineService.Upgrade: pull, install, reboot, all
 // on the node's side.
 func (s *machineServer) Upgrade(_ context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
@@ -380,9 +467,20 @@ func (s *machineServer) Upgrade(_ context.Context, req *machineapi.UpgradeReques
 	steps := []step{
 		{do: func(n *Node) *server { n.setStageLocked(runtime.MachineStageUpgrading, true); return nil }},
 	}
-	if fault == UpgradeInstallFails {
+	switch fault {
+	case UpgradeInstallFails:
 		steps = append(steps, step{delay: n.opts.InstallDelay, do: func(n *Node) *server { n.runningLocked(); return nil }})
-	} else {
+	case UpgradeHangs:
+		steps = append(steps, step{do: func(n *Node) *server {
+			n.upg.resume = func() {
+				n.sequenceLocked(append([]step{{delay: n.opts.InstallDelay, do: func(n *Node) *server {
+					n.upg.pending = &in
+					return nil
+				}}}, n.rebootSteps()...)...)
+			}
+			return nil
+		}})
+	default:
 		steps = append(steps, step{delay: n.opts.InstallDelay, do: func(n *Node) *server { n.upg.pending = &in; return nil }})
 		steps = append(steps, n.rebootSteps()...)
 	}

@@ -31,6 +31,13 @@ func upgradeHost(i int) string { return fmt.Sprintf("127.%d.9.%d", os.Getpid()%2
 // and running, and returns it with an admin client.
 func bootControlPlane(t *testing.T, opts simnode.Options) (*simnode.Node, *client.Client) {
 	t.Helper()
+	n, c, _ := bootControlPlaneTC(t, opts)
+	return n, c
+}
+
+// bootControlPlaneTC is bootControlPlane that also returns the talosconfig.
+func bootControlPlaneTC(t *testing.T, opts simnode.Options) (*simnode.Node, *client.Client, []byte) {
+	t.Helper()
 	h := upgradeHost(1)
 	tn := &tenant.Tenant{Name: "up", Provider: tenant.ProviderMetal, TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0",
 		NodeGroups: []tenant.NodeGroup{{Name: "cp", Role: tenant.RoleControlPlane, Count: 1, Machines: []tenant.Machine{{Address: h}}}}}
@@ -52,7 +59,7 @@ func bootControlPlane(t *testing.T, opts simnode.Options) (*simnode.Node, *clien
 	if err := n.WaitStage(ctx, runtime.MachineStageRunning, true); err != nil {
 		t.Fatal(err)
 	}
-	return n, secureClient(t, n.Addr(), cfgs.Talosconfig)
+	return n, secureClient(t, n.Addr(), cfgs.Talosconfig), cfgs.Talosconfig
 }
 
 var systemCRI = &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_SYSTEM}

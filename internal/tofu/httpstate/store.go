@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/atomicfile"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // DefaultKeep is how many state versions a Store keeps per tenant when
@@ -178,7 +179,7 @@ func (s *Store) Get(name string) (data []byte, ok bool, err error) {
 	if err != nil || len(vs) == 0 {
 		return nil, false, err
 	}
-	data, err = os.ReadFile(versionFile(dir, vs[len(vs)-1].Seq))
+	data, err = safefile.Read(versionFile(dir, vs[len(vs)-1].Seq), MaxStateSize)
 	if err != nil {
 		return nil, false, err
 	}
@@ -205,7 +206,7 @@ func (s *Store) GetVersion(name string, seq int64) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return os.ReadFile(versionFile(dir, seq))
+	return safefile.Read(versionFile(dir, seq), MaxStateSize)
 }
 
 // Put stores data as the new current state of name. When the state is
@@ -269,7 +270,7 @@ func (s *Store) Rollback(name string, seq int64) error {
 	} else if ok {
 		return &LockError{Name: name, Holder: held, raw: raw}
 	}
-	data, err := os.ReadFile(versionFile(dir, seq))
+	data, err := safefile.Read(versionFile(dir, seq), MaxStateSize)
 	if err != nil {
 		return err
 	}
@@ -278,8 +279,11 @@ func (s *Store) Rollback(name string, seq int64) error {
 
 func lockFile(dir string) string { return filepath.Join(dir, "lock.json") }
 
+// maxLockFile caps lock.json (tofu's lock info: a few hundred bytes).
+const maxLockFile = 1 << 20
+
 func (s *Store) readLock(dir string) (LockInfo, []byte, bool, error) {
-	raw, err := os.ReadFile(lockFile(dir))
+	raw, err := safefile.Read(lockFile(dir), maxLockFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return LockInfo{}, nil, false, nil
 	}

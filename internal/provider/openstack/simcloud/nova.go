@@ -383,8 +383,9 @@ func (c *Cloud) serverView(s *server, mv int) obj {
 	for k, v := range s.metadata {
 		metadata[k] = v
 	}
-	vm, power := map[string]string{"ACTIVE": "active", "BUILD": "building", "ERROR": "error", "SHUTOFF": "stopped"}[s.status], 1
-	if s.status != "ACTIVE" {
+	vm, power := map[string]string{"ACTIVE": "active", "BUILD": "building", "ERROR": "error", "SHUTOFF": "stopped",
+		"VERIFY_RESIZE": "resized"}[s.status], 1
+	if s.status != "ACTIVE" && s.status != "VERIFY_RESIZE" {
 		power = 4
 	}
 	v := obj{
@@ -453,6 +454,35 @@ func (c *Cloud) serverAPI(w http.ResponseWriter, r *http.Request, s *server, res
 				return
 			}
 			s.status = "ACTIVE"
+		case has(body, "resize"):
+			// done at once: the server waits in VERIFY_RESIZE for the
+			// confirmation, as Nova's does
+			req, _ := body["resize"].(obj)
+			ref, _ := req["flavorRef"].(string)
+			if _, ok := c.flavors[ref]; !ok {
+				novaError(w, http.StatusBadRequest, "Invalid flavorRef provided.")
+				return
+			}
+			if s.status != "ACTIVE" && s.status != "SHUTOFF" {
+				novaError(w, http.StatusConflict, "Cannot 'resize' instance %s while it is in vm_state %s", s.id, s.status)
+				return
+			}
+			if ref == s.flavorID {
+				novaError(w, http.StatusBadRequest, "When resizing, instances must change flavor!")
+				return
+			}
+			s.resizedFrom, s.flavorID, s.status = s.flavorID, ref, "VERIFY_RESIZE"
+		case has(body, "confirmResize"), has(body, "revertResize"):
+			revert := has(body, "revertResize")
+			if s.status != "VERIFY_RESIZE" {
+				op := map[bool]string{false: "confirmResize", true: "revertResize"}[revert]
+				novaError(w, http.StatusConflict, "Cannot '%s' instance %s while it is in vm_state %s", op, s.id, s.status)
+				return
+			}
+			if revert {
+				s.flavorID = s.resizedFrom
+			}
+			s.resizedFrom, s.status = "", "ACTIVE"
 		case has(body, "addSecurityGroup"), has(body, "removeSecurityGroup"):
 		default:
 			c.notImplementedLocked(w, r)

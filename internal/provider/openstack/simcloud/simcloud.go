@@ -10,6 +10,8 @@
 // never sleep. Hooks tell the caller when a server becomes active, when a
 // floating IP is (dis)associated and when a server is deleted, so that a
 // simulated Talos node can be booted from the server's user_data.
+// DeleteServerOutside and ChangeServerOutside do what someone in the cloud
+// console would, behind tofu's back (drift).
 //
 // It is not a cloud: no quotas but the instance quota, no pagination, no
 // routers, and only password authentication with a project scope. Requests
@@ -79,6 +81,7 @@ type Hooks struct {
 // Server is a copy of a Nova server as the hooks and Servers see it.
 type Server struct {
 	ID, Name, FixedIP, FloatingIP string
+	Flavor                        string // the flavor's name
 	Metadata                      map[string]string
 	Tags                          []string
 	UserData                      []byte
@@ -98,6 +101,7 @@ type obj = map[string]any
 type server struct {
 	id, name, status, fault string
 	flavorID                string
+	resizedFrom             string // the flavor before a resize, until it is confirmed
 	metadata                map[string]string
 	tags                    []string
 	userData                []byte
@@ -258,6 +262,86 @@ func (c *Cloud) SetDown(down bool) error {
 	return nil
 }
 
+// DeleteServerOutside deletes the server named name and its ports as
+// someone in the cloud console would, behind tofu's back: the server, its
+// volumes that go with it and every port it has (also the ones tofu
+// created; their floating IPs stay, disassociated) are gone at once, so
+// that the next refresh meets a 404. ServerDeleted (and
+// FloatingIPAssociated with "") are called as for a delete through the API.
+func (c *Cloud) DeleteServerOutside(name string) error {
+	var after []func()
+	defer func() {
+		for _, f := range after {
+			f()
+		}
+	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.serverNamed(name)
+	if s == nil {
+		return fmt.Errorf("simcloud: no server %q", name)
+	}
+	ports := slices.Clone(s.ports)
+	c.deleteServer(s, &after)
+	for _, p := range ports {
+		c.deletePort(p, &after)
+	}
+	return nil
+}
+
+// ServerChange is a change made to a server outside tofu (ChangeServerOutside).
+type ServerChange struct {
+	// Metadata sets these keys; an empty value deletes the key.
+	Metadata map[string]string
+	// Flavor, when set, is the flavor (by name) the server is resized to.
+	Flavor string
+}
+
+// ChangeServerOutside changes the server named name as someone in the
+// cloud console would, behind tofu's back, so that the next refresh sees
+// the change (a refresh-only plan reports it as drift). The provider
+// (v3.4.0) reads a server's metadata back into all_metadata only: a
+// metadata change is drift of the refresh but no change a plan makes; a
+// flavor change is both (the next apply resizes the server back).
+func (c *Cloud) ChangeServerOutside(name string, ch ServerChange) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.serverNamed(name)
+	if s == nil {
+		return fmt.Errorf("simcloud: no server %q", name)
+	}
+	if ch.Flavor != "" {
+		id := ""
+		for fid, f := range c.flavors {
+			if f["name"] == ch.Flavor {
+				id = fid
+			}
+		}
+		if id == "" {
+			return fmt.Errorf("simcloud: no flavor %q", ch.Flavor)
+		}
+		s.flavorID = id
+	}
+	for k, v := range ch.Metadata {
+		if v == "" {
+			delete(s.metadata, k)
+		} else {
+			s.metadata[k] = v
+		}
+	}
+	return nil
+}
+
+// serverNamed is the server named name, nil when there is none; c.mu is held.
+func (c *Cloud) serverNamed(name string) *server {
+	for _, s := range c.servers {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
+}
+
 // Unhandled lists the requests ("METHOD /path") the stand-in answered with
 // 501 because it does not implement them; tests assert it is empty.
 func (c *Cloud) Unhandled() []string {
@@ -298,6 +382,9 @@ func (c *Cloud) Servers() []Server {
 // view copies s for the hooks; c.mu is held.
 func (c *Cloud) view(s *server) Server {
 	v := Server{ID: s.id, Name: s.name, Status: s.status, Metadata: map[string]string{}, Tags: slices.Clone(s.tags), UserData: slices.Clone(s.userData)}
+	if f := c.flavors[s.flavorID]; f != nil {
+		v.Flavor, _ = f["name"].(string)
+	}
 	for k, val := range s.metadata {
 		v.Metadata[k] = val
 	}

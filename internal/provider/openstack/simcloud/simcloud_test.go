@@ -223,6 +223,40 @@ func TestNeutronAndNova(t *testing.T) {
 	if inv := c.Inventory(); inv.Volumes != 1 || len(vols) != 1 {
 		t.Errorf("inventory %+v, attached %v", inv, vols)
 	}
+
+	// resize: VERIFY_RESIZE until confirmed (or reverted)
+	other := flavors["flavors"].([]any)[1].(map[string]any)["id"]
+	action := func(body map[string]any) int {
+		code, _ := a.do("POST", "/compute/v2.1/servers/"+id+"/action", body)
+		return code
+	}
+	status := func() (string, any) {
+		_, got := a.do("GET", "/compute/v2.1/servers/"+id, nil)
+		s := got["server"].(map[string]any)
+		return s["status"].(string), s["flavor"].(map[string]any)["id"]
+	}
+	for _, tc := range []struct {
+		name   string
+		body   map[string]any
+		code   int
+		status string
+		flavor any
+	}{
+		{"confirm without a resize", map[string]any{"confirmResize": nil}, http.StatusConflict, "ACTIVE", flavor},
+		{"to the same flavor", map[string]any{"resize": map[string]any{"flavorRef": flavor}}, http.StatusBadRequest, "ACTIVE", flavor},
+		{"to no flavor", map[string]any{"resize": "m1.large"}, http.StatusBadRequest, "ACTIVE", flavor},
+		{"resize", map[string]any{"resize": map[string]any{"flavorRef": other}}, http.StatusAccepted, "VERIFY_RESIZE", other},
+		{"revert", map[string]any{"revertResize": nil}, http.StatusAccepted, "ACTIVE", flavor},
+		{"resize again", map[string]any{"resize": map[string]any{"flavorRef": other}}, http.StatusAccepted, "VERIFY_RESIZE", other},
+		{"confirm", map[string]any{"confirmResize": nil}, http.StatusAccepted, "ACTIVE", other},
+	} {
+		if code := action(tc.body); code != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, code, tc.code)
+		}
+		if st, fl := status(); st != tc.status || fl != tc.flavor {
+			t.Errorf("%s: status %s flavor %v, want %s %v", tc.name, st, fl, tc.status, tc.flavor)
+		}
+	}
 	if code, _ := a.do("DELETE", "/compute/v2.1/servers/"+id, nil); code != http.StatusNoContent {
 		t.Errorf("delete server: %d", code)
 	}
