@@ -56,6 +56,28 @@ auth_url = "https://keystone.invalid:5000/v3"
 	}
 }
 
+func TestPanel(t *testing.T) {
+	c, err := LoadFile(writeFile(t, "c.toml", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Panel.Listen != ":8099" || !slices.Equal(c.Panel.Trusted, []string{"172.30.32.2"}) {
+		t.Fatalf("default panel = %+v, want the ingress port and gateway", c.Panel)
+	}
+	c, err = LoadFile(writeFile(t, "c.toml", "[panel]\nlisten = \"127.0.0.1:8099\"\ntrusted = [\"127.0.0.1\", \"::ffff:10.0.0.1\", \"192.168.1.0/24\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.Panel.TrustedPrefixes())
+	if c.Panel.Listen != "127.0.0.1:8099" || got != "[127.0.0.1/32 10.0.0.1/32 192.168.1.0/24]" {
+		t.Fatalf("panel = %+v, prefixes %s", c.Panel, got)
+	}
+	c, err = LoadFile(writeFile(t, "c.toml", "[panel]\nlisten = \"\"\ntrusted = []\n"))
+	if err != nil || c.Panel.Listen != "" {
+		t.Fatalf("panel off: %+v, %v", c.Panel, err)
+	}
+}
+
 func TestLoadFileErrors(t *testing.T) {
 	tests := []struct{ body, want string }{
 		{"[mqtt]\nulr = \"x\"", ":2:1: mqtt.ulr: unknown key"},
@@ -68,6 +90,11 @@ func TestLoadFileErrors(t *testing.T) {
 		{"[homeassistant]\nurl = \"ws://ha:8123/api/websocket\"", "homeassistant.token: is required"},
 		{"[credentials.oci]\nprivate_key = \"nope\"", "not a PEM private key"},
 		{"[tofu]\nparallel_applies = \"two\"", ":2:20:"},
+		{"[panel]\nlisten = \"8099\"", "panel.listen: \"8099\" must be host:port"},
+		{"[panel]\nlisten = \"ha.local:8099\"", "panel.listen: host \"ha.local\" must be an IP address"},
+		{"[panel]\nlisten = \":99999\"", "panel.listen"},
+		{"[panel]\ntrusted = []", "panel.trusted: must name at least one peer"},
+		{"[panel]\ntrusted = [\"supervisor\"]", "panel.trusted: \"supervisor\" is not an IP address or CIDR prefix"},
 	}
 	for _, tc := range tests {
 		_, err := LoadFile(writeFile(t, "c.toml", tc.body))
