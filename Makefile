@@ -11,7 +11,7 @@ export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build tools test bench lint demo mosquitto fuzz clean
+.PHONY: all build tools test bench lint demo mosquitto chromium fuzz clean
 
 all: build
 
@@ -31,11 +31,18 @@ mosquitto:
 	  { echo "installing mosquitto and mosquitto-clients"; apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; }
 
-test: mosquitto tools
+# chromium (the panel's browser tests drive it headless with chromedp), from
+# Debian's packages.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || \
+	  { echo "installing chromium"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: mosquitto chromium tools
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-bench: mosquitto tools
+bench: mosquitto chromium tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 fuzz:
