@@ -234,7 +234,9 @@ func (f *fakeEngine) Apply(_ context.Context, name string) error {
 		return err
 	}
 	op := "apply"
-	f.update(name, func(v *View) { v.Status.Operation, v.Status.Phase, v.Status.Progress = &op, tenant.PhaseProvisioning, 0 })
+	f.update(name, func(v *View) {
+		v.Status.Operation, v.Status.Phase, v.Status.Progress = &op, tenant.PhaseProvisioning, 0
+	})
 	return nil
 }
 

@@ -97,7 +97,7 @@ func (f *newForm) problem(field, msg string) {
 		f.Errors = map[string]string{}
 	}
 	if old, ok := f.Errors[field]; ok {
-		msg = old + "; " + msg
+		msg = old + "\n" + msg
 	}
 	f.Errors[field] = msg
 }

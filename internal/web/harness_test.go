@@ -125,16 +125,7 @@ func newHarness(t testing.TB) *harness {
 		Groups: []string{fakeha.GroupAdmin}})
 	h.ha.AddUser(fakeha.User{ID: plainUser.ID, Username: plainUser.Name, Name: plainUser.DisplayName, IsActive: true,
 		Groups: []string{fakeha.GroupUsers}})
-	ws := wsapi.New(wsapi.Options{URL: h.ha.URL, Token: "ha-token"}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ws.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if err := ws.WaitConnected(wctx); err != nil {
-		t.Fatal(err)
-	}
+	ws := connectHA(t, h.ha.URL, "ha-token")
 
 	h.bridge = hass.New(hass.Options{URL: "tcp://127.0.0.1:1"}, h.eng, nil)
 	srv, err := New(Options{Source: h.eng, Command: h.bridge.HandleRequest, Files: h.store,
@@ -160,6 +151,23 @@ func newHarness(t testing.TB) *harness {
 	})
 	h.in = webtest.NewIngress(t, h.addr, ingressFrom, adminUser)
 	return h
+}
+
+// connectHA connects a WebSocket API client to (a stand-in of) Home
+// Assistant for the test.
+func connectHA(t testing.TB, url, token string) *wsapi.Client {
+	t.Helper()
+	ws := wsapi.New(wsapi.Options{URL: url, Token: token}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ws.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := ws.WaitConnected(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return ws
 }
 
 // client is an HTTP client of the ingress with a session cookie.

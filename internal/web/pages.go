@@ -355,11 +355,19 @@ func metalGroups(vs []View) []groupOption {
 		for _, g := range v.Spec.NodeGroups {
 			if g.Role == tenant.RoleWorker {
 				out = append(out, groupOption{Tenant: v.Name, Group: g.Name,
-					Label: fmt.Sprintf("%s / %s (%d nodes)", v.Spec.Title(), g.Name, g.Count)})
+					Label: fmt.Sprintf("%s / %s (%s)", v.Spec.Title(), g.Name, plural(g.Count, "node"))})
 			}
 		}
 	}
 	return out
+}
+
+// plural is "1 node", "2 nodes".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // funcs are the templates' helpers.

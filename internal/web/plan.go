@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -121,8 +122,8 @@ func reason(r tfjson.ActionReason) string {
 // attrDiffs lists the attributes of a change: a new resource's values, an
 // updated or replaced one's changed values, a deleted one's identity.
 func attrDiffs(action string, c *tfjson.Change) ([]attrDiff, int) {
-	before := leaves(c.Before, c.BeforeSensitive, nil)
-	after := leaves(c.After, c.AfterSensitive, c.AfterUnknown)
+	before, beforeRaw := leaves(c.Before, c.BeforeSensitive, nil)
+	after, afterRaw := leaves(c.After, c.AfterSensitive, c.AfterUnknown)
 	forces := map[string]bool{}
 	for _, rp := range c.ReplacePaths {
 		if parts, ok := rp.([]any); ok {
@@ -162,7 +163,10 @@ func attrDiffs(action string, c *tfjson.Change) ([]attrDiff, int) {
 			b, hb := before[k]
 			a, ha := after[k]
 			if hb && ha && a == b {
-				continue
+				if !hidden(a) || reflect.DeepEqual(beforeRaw[k], afterRaw[k]) {
+					continue
+				}
+				a = "(" + strings.Trim(a, "()") + ", changed)" // say a secret changes, never what
 			}
 			if !ha && under(k, unknown) {
 				continue
@@ -239,16 +243,20 @@ func pathString(parts []any) string {
 // maxDepth bounds how deep values are flattened; deeper parts are counted.
 const maxDepth = 4
 
+// hidden reports a value shown as a secret.
+func hidden(s string) bool { return s == "(hidden)" || s == "(sensitive)" }
+
 // leaves flattens a value into path → shown value, honouring the
-// sensitive and unknown markers (which mirror the value's shape).
-func leaves(v, sensitive, unknown any) map[string]string {
-	out := map[string]string{}
+// sensitive and unknown markers (which mirror the value's shape); raw
+// keeps the values of the hidden ones, only to tell whether they change.
+func leaves(v, sensitive, unknown any) (out map[string]string, raw map[string]any) {
+	out, raw = map[string]string{}, map[string]any{}
 	var walk func(path string, v, s, u any, depth int)
 	walk = func(path string, v, s, u any, depth int) {
 		key := path[strings.LastIndexAny(path, ".[")+1:]
 		switch {
 		case s == true:
-			out[path] = "(sensitive)"
+			out[path], raw[path] = "(sensitive)", v
 			return
 		case u == true:
 			out[path] = knownAfterApply
@@ -257,7 +265,7 @@ func leaves(v, sensitive, unknown any) map[string]string {
 			if v == nil {
 				out[path] = "null"
 			} else {
-				out[path] = "(hidden)"
+				out[path], raw[path] = "(hidden)", v
 			}
 			return
 		}
@@ -307,11 +315,14 @@ func leaves(v, sensitive, unknown any) map[string]string {
 			}
 		default:
 			out[path] = shown(x)
+			if hidden(out[path]) {
+				raw[path] = x
+			}
 		}
 	}
 	walk("", v, sensitive, unknown, 0)
 	delete(out, "")
-	return out
+	return out, raw
 }
 
 // shown is a scalar as the page shows it.
