@@ -25,7 +25,7 @@ func TestFormWritesValidFiles(t *testing.T) {
 	}{
 		{"metal", url.Values{"node_groups[0].machines": {"10.0.0.5 /dev/sda"},
 			"node_groups[1].machines": {"10.0.0.6, /dev/nvme0n1, 02:00:00:00:00:06  # the fast one\n\n10.0.0.7 /dev/sda"},
-			"node_groups[1].flavor": {"ignored for metal"}},
+			"node_groups[1].flavor":   {"ignored for metal"}},
 			func(tn *tenant.Tenant) bool {
 				m := tn.NodeGroups[1].Machines
 				return len(m) == 2 && m[0].MAC == "02:00:00:00:00:06" && m[0].InstallDisk == "/dev/nvme0n1" && m[1].Address == "10.0.0.7"
@@ -37,7 +37,9 @@ func TestFormWritesValidFiles(t *testing.T) {
 			"oci.subnet_ocid": {"ocid1.subnet.oc1.eu-frankfurt-1.aaaa"}, "oci.image_ocid": {"ocid1.image.oc1.eu-frankfurt-1.aaaa"},
 			"node_groups[0].shape": {"VM.Standard.A1.Flex"}, "node_groups[0].ocpus": {"2"}, "node_groups[0].memory_gb": {"12.5"},
 			"node_groups[1].shape": {"VM.Standard.E4.Flex"}, "node_groups[1].ocpus": {"1"}, "node_groups[1].memory_gb": {"8"}},
-			func(tn *tenant.Tenant) bool { return tn.NodeGroups[0].MemoryGB == 12.5 && tn.OCI.Region == "eu-frankfurt-1" }},
+			func(tn *tenant.Tenant) bool {
+				return tn.NodeGroups[0].MemoryGB == 12.5 && tn.OCI.Region == "eu-frankfurt-1"
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.provider, func(t *testing.T) {

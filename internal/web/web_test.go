@@ -420,4 +420,3 @@ func TestHAUsers(t *testing.T) {
 		t.Fatal("without Home Assistant's answer someone is an administrator")
 	}
 }
-
