@@ -82,6 +82,7 @@ const (
 func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config, error) {
 	cfg := Default()
 	cfg.AddonMode = true
+	cfg.Panel = AddonPanel
 	data, err := os.ReadFile(optionsPath)
 	if err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)

@@ -117,8 +117,10 @@ func (d Discovery) Every() time.Duration {
 	return v
 }
 
-// Panel is the web panel in Home Assistant's sidebar (docs/design.md §11.3):
-// served on the ingress port to the Supervisor's ingress gateway only.
+// Panel is the web panel in Home Assistant's sidebar (docs/design.md §11.3).
+// In the add-on it listens on the ingress port for the Supervisor's ingress
+// gateway only (AddonPanel); outside the Supervisor it is off until
+// [panel] listen is set, and then trusts loopback.
 type Panel struct {
 	// Listen is the panel's host:port; "" turns the panel off.
 	Listen string `toml:"listen"`
@@ -132,6 +134,10 @@ type Panel struct {
 // IngressGateway is the address the Supervisor's ingress proxy connects
 // from (172.30.32.2, the Supervisor in the hassio network 172.30.32.0/23).
 const IngressGateway = "172.30.32.2"
+
+// AddonPanel is the add-on's panel: the ingress port (config.yaml's
+// ingress_port), for the ingress gateway only.
+var AddonPanel = Panel{Listen: ":8099", Trusted: []string{IngressGateway}}
 
 // TrustedPrefixes parses Trusted (Validate checked it).
 func (p Panel) TrustedPrefixes() []netip.Prefix {
@@ -206,7 +212,7 @@ func Default() Config {
 		},
 		Tofu:      Tofu{Binary: "tofu", ParallelApplies: 2},
 		Discovery: Discovery{Interval: "5m"},
-		Panel:     Panel{Listen: ":8099", Trusted: []string{IngressGateway}},
+		Panel:     Panel{Trusted: []string{"127.0.0.1", "::1"}},
 		Credentials: Credentials{OpenStack: OpenStackCredentials{
 			UserDomainName: "Default", ProjectDomainName: "Default",
 		}},
@@ -300,9 +306,10 @@ func (c *Config) Validate() error {
 		}
 		if len(c.Panel.Trusted) == 0 {
 			bad("panel.trusted", "must name at least one peer, e.g. [\"127.0.0.1\"] (or set panel.listen = \"\" to turn the panel off)")
-		} else if _, err := parseTrusted(c.Panel.Trusted); err != nil {
-			bad("panel.trusted", "%v", err)
 		}
+	}
+	if _, err := parseTrusted(c.Panel.Trusted); err != nil {
+		bad("panel.trusted", "%v", err)
 	}
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.
