@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
