@@ -2,6 +2,8 @@ package web
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -25,6 +27,11 @@ func TestPanelInBrowser(t *testing.T) {
 		t.Fatalf("overview lists %v, want cloud and lab", got)
 	}
 	p.Shots("overview", "light", "dark")
+
+	// with the keyboard alone: Tab to a button, Enter presses it
+	if msg := p.PressWithKeyboard("cloud", "plan"); !strings.Contains(msg, "Plan of cloud queued") {
+		t.Fatalf("plan by keyboard answered %q", msg)
+	}
 
 	// Plan (on the overview) makes a plan; the cluster page shows its diff
 	if msg := p.Press("lab", "plan"); !strings.Contains(msg, "Plan of lab queued") {
@@ -175,8 +182,39 @@ func TestPanelInBrowser(t *testing.T) {
 	p.OpenInFrame("", "light")
 	b.Screenshot("frame-light-desktop")
 
+	// a direct connection from another address than the ingress's is refused
+	if text := b.Visit("http://" + h.addr + "/"); !strings.Contains(text, "403 forbidden: only Home Assistant's ingress may connect") {
+		t.Fatalf("a direct connection shows %q", text)
+	}
+	// a cross-origin POST (another port of the same host: the same site, so
+	// the ingress cookie goes along) is refused, even with a stolen token
+	p.Open("")
+	tok := webtest.Eval[string](b, `document.querySelector('meta[name="panel-token"]').content`)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form method="post" action="%sapi/request/destroy">
+<input name="tenant" value="lab"><input name="confirm" value="lab"><input name="_token" value="%s"></form>
+<script>document.forms[0].submit()</script>`, h.in.Entry(), tok)
+	}))
+	defer evil.Close()
+	calls := len(h.eng.Calls())
+	b.Visit(evil.URL)
+	b.WaitJS(10*time.Second, "the forged post's answer", `location.href.indexOf("/api/hassio_ingress/") >= 0 && document.body.innerText.indexOf("refused") >= 0`)
+	if err := p.Contains("refused: this request did not come from the panel's own page (Sec-Fetch-Site: same-site)"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.eng.Calls(); len(got) != calls {
+		t.Fatalf("the forged post reached the engine: %v", got[calls:])
+	}
+
 	// nothing left the ingress's origin, and nothing broke the CSP
-	if ext := b.ExternalRequests(h.in.URL); len(ext) > 0 {
+	var ext []string
+	for _, r := range b.ExternalRequests(h.in.URL) {
+		if !strings.HasPrefix(r, evil.URL) && !strings.HasPrefix(r, "http://"+h.addr+"/") { // the two visits above
+			ext = append(ext, r)
+		}
+	}
+	if len(ext) > 0 {
 		t.Errorf("requests to elsewhere: %v", ext)
 	}
 	p.Open("")

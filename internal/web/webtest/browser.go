@@ -226,11 +226,23 @@ func (b *Browser) CSPViolations() []string {
 	return Eval[[]string](b, `window.__csp || []`)
 }
 
-// Click clicks the first element matching a CSS selector, once it is there.
+// Click clicks (with the mouse) the first element matching a CSS
+// selector, once it is there. A live page may swap the element between
+// finding and clicking it: then the new one is clicked.
 func (b *Browser) Click(sel string) {
 	b.t.Helper()
-	b.WaitJS(15*time.Second, sel, fmt.Sprintf(`!!document.querySelector(%q)`, sel))
-	b.Do(15*time.Second, chromedp.Click(chromedp.CSS(sel)))
+	for try := 0; ; try++ {
+		b.WaitJS(15*time.Second, sel, fmt.Sprintf(`!!document.querySelector(%q)`, sel))
+		ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 3 || !strings.Contains(err.Error(), "node") {
+			b.t.Fatalf("browser: clicking %s: %v (at %s)", sel, err, b.location())
+		}
+	}
 }
 
 // Submit clicks a button that submits a form and waits for the page the
@@ -275,3 +287,38 @@ func (b *Browser) HasText(s string) bool {
 func Trim(s string) string { return strings.TrimSpace(s) }
 
 func navigate(u string) chromedp.Action[chromedp.Void] { return chromedp.Navigate(u) }
+
+// Tab moves the keyboard focus with Tab until it is on the element
+// matching sel (at most 100 presses), as a keyboard user would.
+func (b *Browser) Tab(sel string) {
+	b.t.Helper()
+	for i := 0; i < 100; i++ {
+		if Eval[bool](b, fmt.Sprintf(`!!document.activeElement && document.activeElement.matches(%q)`, sel)) {
+			return
+		}
+		b.Do(5*time.Second, chromedp.KeyEvent("\t"))
+	}
+	b.t.Fatalf("browser: Tab never reaches %s", sel)
+}
+
+// Key sends keys to the focused element ("\r" is Enter, " " Space).
+func (b *Browser) Key(keys string) {
+	b.t.Helper()
+	b.Do(5*time.Second, chromedp.KeyEvent(keys))
+}
+
+// Focused describes the focused element and whether its focus ring shows
+// (:focus-visible).
+func (b *Browser) Focused() (desc string, visible bool) {
+	v := Eval[[]any](b, `(function(){var e=document.activeElement; return [e ? (e.tagName + " " + (e.innerText||e.name||"")).trim() : "", !!e && e.matches(":focus-visible")]})()`)
+	d, _ := v[0].(string)
+	ok, _ := v[1].(bool)
+	return d, ok
+}
+
+// Visit navigates to u (any page, not only the panel's) and returns its text.
+func (b *Browser) Visit(u string) string {
+	b.t.Helper()
+	b.Do(20*time.Second, chromedp.Navigate(u))
+	return Eval[string](b, `document.body ? document.body.innerText : ""`)
+}

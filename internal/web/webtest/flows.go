@@ -187,3 +187,15 @@ func (p *Panel) Contains(ss ...string) error {
 	}
 	return nil
 }
+
+// PressWithKeyboard reaches a cluster card's action button with Tab and
+// presses it with Enter, and waits for the answer.
+func (p *Panel) PressWithKeyboard(cluster, action string) string {
+	p.T.Helper()
+	p.B.Tab(fmt.Sprintf(`#cluster-%s form[action="api/request/%s"] button`, cluster, action))
+	if d, visible := p.B.Focused(); !visible {
+		p.T.Errorf("the focused %s shows no focus ring", d)
+	}
+	p.B.Key("\r")
+	return p.Answer()
+}
