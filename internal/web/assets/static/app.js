@@ -226,6 +226,7 @@
     loadPlan();
     stream();
     doc.documentElement.dataset.ready = "1";
+    if (window.performance && performance.mark) performance.mark("panel-ready");
   }
   if (doc.readyState === "loading") doc.addEventListener("DOMContentLoaded", start); else start();
 })();
