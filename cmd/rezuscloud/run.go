@@ -158,6 +158,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		BaseTopic:       cfg.MQTT.BaseTopic,
 		Version:         version,
 		LogLevel:        cfg.LogLevel,
+		// "Visit" on a device page opens the panel
+		ConfigurationURL: panelURL(cfg, os.Getenv("HOSTNAME")),
 		// after a power cut the broker may come up long after us: keep
 		// trying (each failure is logged) until stopped
 		ConnectTimeout: 365 * 24 * time.Hour,
