@@ -98,6 +98,9 @@ func TestPanelInBrowser(t *testing.T) {
 	// comments kept
 	p.Open("machines")
 	p.Shots("machines")
+	if msg := p.PressOnPage("discover"); msg != "Scan finished." || !h.eng.called("discover") {
+		t.Fatalf("scan answered %q; the engine got %v", msg, h.eng.Calls())
+	}
 	if msg := p.Adopt("02:00:00:00:00:50", "lab/workers", "/dev/nvme0n1"); !strings.Contains(msg, "Adopted 192.168.1.50 into lab/workers") {
 		t.Fatalf("adopt answered %q", msg)
 	}
@@ -168,6 +171,11 @@ func TestPanelInBrowser(t *testing.T) {
 	p.EditTenant("edge", strings.Replace(string(edge), `display_name       = "Edge box"`, `display_name       = "Edge"`, 1), true)
 	if after, _ := h.store.Read("edge"); !strings.Contains(string(after), `"Edge"`) {
 		t.Fatalf("a valid edit was not saved:\n%s", after)
+	}
+
+	// Destroy only once the cluster's name is typed
+	if msg := p.Destroy("cloud"); msg != "Destroy of cloud queued." || !h.eng.called("destroy cloud cloud") {
+		t.Fatalf("destroy answered %q; the engine got %v", msg, h.eng.Calls())
 	}
 
 	// in Home Assistant's frame, with its dark theme

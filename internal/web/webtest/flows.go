@@ -199,3 +199,21 @@ func (p *Panel) PressWithKeyboard(cluster, action string) string {
 	p.B.Key("\r")
 	return p.Answer()
 }
+
+// Destroy destroys a cluster from its page: the button stays disabled
+// until the cluster's name is typed; it returns the answer.
+func (p *Panel) Destroy(name string) string {
+	p.T.Helper()
+	p.Open("tenants/" + name)
+	btn := `form[action="api/request/destroy"] button`
+	if !Eval[bool](p.B, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)) {
+		p.T.Errorf("Destroy is enabled before the name is typed")
+	}
+	p.B.Fill(`form[action="api/request/destroy"] input[name="confirm"]`, name+"x")
+	if !Eval[bool](p.B, fmt.Sprintf(`document.querySelector(%q).disabled`, btn)) {
+		p.T.Errorf("Destroy is enabled for a wrong name")
+	}
+	p.B.Fill(`form[action="api/request/destroy"] input[name="confirm"]`, name)
+	p.B.Click(btn)
+	return p.Answer()
+}
