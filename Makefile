@@ -11,7 +11,7 @@ export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
 
-.PHONY: all build build-demo tools test bench lint demo mosquitto pxe-deps fuzz clean
+.PHONY: all build build-demo tools test bench lint demo mosquitto pxe-deps chromium fuzz clean
 
 all: build
 
@@ -49,12 +49,20 @@ pxe-deps:
 	  { echo "installing $(PXE_DEBS)"; apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PXE_DEBS); }
 
-test: mosquitto pxe-deps tools
+
+# chromium (the panel's browser tests drive it headless with chromedp), from
+# Debian's packages.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || \
+	  { echo "installing chromium"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: mosquitto pxe-deps chromium tools
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-bench: mosquitto pxe-deps tools
+bench: mosquitto pxe-deps chromium tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 fuzz:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -124,6 +125,16 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.LogLevel = *logLevel
 	cfg.MQTT.URL = brokerURL
 	cfg.Tofu.Binary = tofuBin
+	// the panel on loopback (port 8099, or a free one when taken), for the
+	// operator's own browser
+	panelAddr := "127.0.0.1:8099"
+	if ln, err := net.Listen("tcp", panelAddr); err == nil {
+		ln.Close()
+	} else if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		panelAddr = ln.Addr().String()
+		ln.Close()
+	}
+	cfg.Panel = config.Panel{Listen: panelAddr, Trusted: []string{"127.0.0.1"}}
 	if err := os.MkdirAll(cfg.TenantsDir, 0o700); err != nil {
 		return err
 	}
@@ -137,12 +148,13 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	u, _ := url.Parse(brokerURL)
 	base := cfg.MQTT.BaseTopic
 	fmt.Fprintf(stdout, `rezuscloud demo: %s, tenant file %s
+panel:      http://%s/
 watch:      mosquitto_sub -h %s -p %s -v -t '%s/#' -t 'homeassistant/device/#'
 provision:  mosquitto_pub -h %s -p %s -t %s/%s/apply -m PRESS
 scale:      mosquitto_pub -h %s -p %s -t %s/%s/workers/count/set -m %d
 destroy:    mosquitto_pub -h %s -p %s -t %s/bridge/request/destroy -m '{"tenant":"%s","confirm":"%s"}'
 stop:       Ctrl-C
-`, where, tenantFile,
+`, where, tenantFile, panelAddr,
 		u.Hostname(), u.Port(), base,
 		u.Hostname(), u.Port(), base, demoTenant,
 		u.Hostname(), u.Port(), base, demoTenant, max(*nodes-2, 0),

@@ -26,6 +26,7 @@ Usage:
   rezuscloud demo     [--nodes N] [--mqtt URL]   everything on embedded defaults
   rezuscloud validate FILE...                    check tenant files
   rezuscloud render   --tenant FILE --out DIR    write main.tf.json and Talos configs
+  rezuscloud backup-pre [--config FILE]          fresh etcd snapshots before a Home Assistant backup (always exits 0)
   rezuscloud version
 `
 
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdValidate(args, stdout, stderr)
 	case "render":
 		err = cmdRender(ctx, args, stdout, stderr)
+	case "backup-pre":
+		err = cmdBackupPre(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "rezuscloud", version)
 	case "help", "-h", "--help":

@@ -159,6 +159,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		BaseTopic:       cfg.MQTT.BaseTopic,
 		Version:         version,
 		LogLevel:        cfg.LogLevel,
+		// "Visit" on a device page opens the panel
+		ConfigurationURL: panelURL(cfg, os.Getenv("HOSTNAME")),
 		// after a power cut the broker may come up long after us: keep
 		// trying (each failure is logged) until stopped
 		ConnectTimeout: 365 * 24 * time.Hour,
@@ -200,6 +202,10 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	}
 	defer bridge.Close()
 	log.Info("connected to MQTT", zap.String("broker", cfg.MQTT.URL), zap.String("base_topic", cfg.MQTT.BaseTopic))
+	// the panel and backup_pre's socket; every action through the bridge's command path
+	panelCtx, stopPanel := context.WithCancel(ctx)
+	waitPanel := startPanel(panelCtx, cfg, engineSource{eng}, bridge.HandleRequest, store, haClient, log.Named("panel"))
+	defer func() { stopPanel(); waitPanel() }()
 	if cfg.AddonMode {
 		// the image's HEALTHCHECK: unhealthy only after the MQTT connection
 		// has been down for a long time (a broker restart is not a failure)

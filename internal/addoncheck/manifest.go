@@ -186,6 +186,7 @@ func CheckConfig(file string, data []byte) (Manifest, []error) {
 			r.add(v, "ingress_port", "must be a port (0 picks one), not %s", kindName(v))
 		}
 	}
+	checkIngress(r, root)
 	if v := get(root, "services"); v != nil {
 		checkStrList(r, v, "services", func(n *yaml.Node, s string) {
 			if !reService.MatchString(s) {
@@ -225,6 +226,67 @@ func CheckConfig(file string, data []byte) (Manifest, []error) {
 	man.Options, man.Schema = checkOptions(r, get(root, "options"), get(root, "schema"))
 	checkHostNetwork(r, root, man.Schema) // netboot.go
 	return man, r.errs
+}
+
+// reIcon is a Material Design Icons name, the only icons the sidebar shows.
+var reIcon = regexp.MustCompile(`^mdi:[a-z0-9]+(?:-[a-z0-9]+)*$`)
+
+// ingressKeys only mean something with ingress: true.
+var ingressKeys = []string{"ingress_port", "ingress_entry", "ingress_stream", "panel_icon", "panel_title", "panel_admin"}
+
+// checkIngress checks the ingress and panel keys (apps/validate.py and
+// how the Supervisor and the frontend use them) and the backup commands.
+func checkIngress(r *report, root *yaml.Node) {
+	ingress := get(root, "ingress")
+	on := ingress != nil && isBool(ingress) && ingress.Value == "true"
+	for _, k := range ingressKeys {
+		if v := get(root, k); v != nil && !on {
+			r.add(v, k, "has no effect without ingress: true")
+		}
+	}
+	if v := get(root, "panel_icon"); v != nil && isStr(v) && !reIcon.MatchString(v.Value) {
+		r.add(v, "panel_icon", "%q must be a Material Design icon such as mdi:kubernetes", v.Value)
+	}
+	if v := get(root, "panel_title"); v != nil && isStr(v) && strings.TrimSpace(v.Value) == "" {
+		r.add(v, "panel_title", "must not be empty (leave it out to show the add-on's name)")
+	}
+	if v := get(root, "ingress_entry"); v != nil && isStr(v) {
+		// the Supervisor appends it to /api/hassio_ingress/<token>/
+		if strings.HasPrefix(v.Value, "/") || strings.Contains(v.Value, "://") || slices.Contains(strings.Split(v.Value, "/"), "..") {
+			r.add(v, "ingress_entry", "%q must be a path relative to the ingress root, without a leading / or ..", v.Value)
+		}
+	}
+	port := get(root, "ingress_port")
+	if on && port != nil && port.Value == "0" {
+		if hn := get(root, "host_network"); hn == nil || hn.Value != "true" {
+			r.add(port, "ingress_port", "0 (a port picked at start) is for host_network: true add-ons only")
+		}
+	}
+	if on {
+		n := "8099"
+		if port != nil {
+			n = port.Value
+		}
+		if ports := get(root, "ports"); ports != nil && ports.Kind == yaml.MappingNode {
+			for _, p := range pairs(ports) {
+				if strings.SplitN(p[0].Value, "/", 2)[0] == n && !isNull(p[1]) {
+					r.add(p[1], join("ports", p[0].Value), "maps the ingress port to the host: the panel would be reachable without Home Assistant's login")
+				}
+			}
+		}
+	}
+	for _, k := range []string{"backup_pre", "backup_post"} {
+		v := get(root, k)
+		if v == nil {
+			continue
+		}
+		if isStr(v) && strings.TrimSpace(v.Value) == "" {
+			r.add(v, k, "must be a command, not empty")
+		}
+		if b := get(root, "backup"); b != nil && b.Value == "cold" {
+			r.add(v, k, "is ignored with backup: cold (the add-on is stopped instead)")
+		}
+	}
 }
 
 func isURL(v *yaml.Node) bool {

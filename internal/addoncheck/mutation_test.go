@@ -94,6 +94,18 @@ func TestCheckDirFailsOnBrokenCopies(t *testing.T) {
 		{name: "translations top-level typo", edits: []edit{{"translations/en.yaml", "configuration:", "configurations:"}}, want: "configurations: unknown key"},
 		{name: "no english", rm: "translations/en.yaml", add: [2]string{"translations/de.yaml", "configuration: {}\n"}, want: "translations/en.yaml: missing"},
 		{name: "stray config", add: [2]string{"internal/x/testdata/config.yaml", "name: x\n"}, want: "internal/x/testdata/config.yaml: the Supervisor would read it as another add-on"},
+		{name: "panel icon not mdi", edits: []edit{{"config.yaml", "panel_icon: mdi:kubernetes", "panel_icon: kubernetes.png"}}, want: `panel_icon: "kubernetes.png" must be a Material Design icon`},
+		{name: "panel without ingress", edits: []edit{{"config.yaml", "ingress: true\n", ""}}, want: "panel_icon: has no effect without ingress: true"},
+		{name: "ingress off", edits: []edit{{"config.yaml", "ingress: true\n", "ingress: false\n"}}, want: "ingress_port: has no effect without ingress: true"},
+		{name: "ingress as string", edits: []edit{{"config.yaml", "ingress: true\n", "ingress: \"true\"\n"}}, want: "ingress: must be true or false"},
+		{name: "ingress port out of range", edits: []edit{{"config.yaml", "ingress_port: 8099", "ingress_port: 80990"}}, want: "ingress_port: must be a port"},
+		{name: "dynamic ingress port without host network", edits: []edit{{"config.yaml", "ingress_port: 8099", "ingress_port: 0"}}, want: "ingress_port: 0 (a port picked at start) is for host_network: true"},
+		{name: "ingress port mapped to the host", edits: []edit{{"config.yaml", "ingress_port: 8099", "ingress_port: 8099\nports:\n  8099/tcp: 8099"}}, want: "ports.8099/tcp: maps the ingress port to the host"},
+		{name: "absolute ingress entry", edits: []edit{{"config.yaml", "ingress_port: 8099", "ingress_port: 8099\ningress_entry: /panel"}}, want: `ingress_entry: "/panel" must be a path relative`},
+		{name: "empty panel title", edits: []edit{{"config.yaml", "panel_title: Clusters", "panel_title: \" \""}}, want: "panel_title: must not be empty"},
+		{name: "backup_pre with cold backup", edits: []edit{{"config.yaml", "backup: hot", "backup: cold"}}, want: "backup_pre: is ignored with backup: cold"},
+		{name: "empty backup_pre", edits: []edit{{"config.yaml", "backup_pre: rezuscloud backup-pre", "backup_pre: \"\""}}, want: "backup_pre: must be a command"},
+		{name: "backup_pre not a string", edits: []edit{{"config.yaml", "backup_pre: rezuscloud backup-pre", "backup_pre: [rezuscloud]"}}, want: "backup_pre: must be a string"},
 		{name: "not yaml", edits: []edit{{"config.yaml", "name: rezuscloud", "name: [rezuscloud"}}, want: "config.yaml: not valid YAML"},
 	}
 	for _, tc := range tests {

@@ -83,6 +83,7 @@ const (
 func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config, error) {
 	cfg := Default()
 	cfg.AddonMode = true
+	cfg.Panel = AddonPanel
 	data, err := safefile.Read(optionsPath, maxConfigFile)
 	if err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)

@@ -10,10 +10,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +68,7 @@ type Config struct {
 	Discovery     Discovery     `toml:"discovery"`
 	Pool          Pool          `toml:"pool"`
 	PXE           PXE           `toml:"pxe"`
+	Panel         Panel         `toml:"panel"`
 	Credentials   Credentials   `toml:"credentials"`
 
 	// AddonMode is true when the configuration came from the Supervisor.
@@ -130,6 +134,53 @@ type Pool struct {
 // entityIDRxp is a Home Assistant entity id: domain.object_id.
 var entityIDRxp = regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*\.[a-z0-9]+(_[a-z0-9]+)*$`)
 
+// Panel is the web panel in Home Assistant's sidebar (docs/design.md §11.3).
+// In the add-on it listens on the ingress port for the Supervisor's ingress
+// gateway only (AddonPanel); outside the Supervisor it is off until
+// [panel] listen is set, and then trusts loopback.
+type Panel struct {
+	// Listen is the panel's host:port; "" turns the panel off.
+	Listen string `toml:"listen"`
+	// Trusted are the peers allowed to connect (addresses or CIDR
+	// prefixes): the Supervisor's ingress gateway, or whatever sits in
+	// front of the panel outside the Supervisor. Every other peer is
+	// refused.
+	Trusted []string `toml:"trusted"`
+}
+
+// IngressGateway is the address the Supervisor's ingress proxy connects
+// from (172.30.32.2, the Supervisor in the hassio network 172.30.32.0/23).
+const IngressGateway = "172.30.32.2"
+
+// AddonPanel is the add-on's panel: the ingress port (config.yaml's
+// ingress_port), for the ingress gateway only.
+var AddonPanel = Panel{Listen: ":8099", Trusted: []string{IngressGateway}}
+
+// TrustedPrefixes parses Trusted (Validate checked it).
+func (p Panel) TrustedPrefixes() []netip.Prefix {
+	out, _ := parseTrusted(p.Trusted)
+	return out
+}
+
+// parseTrusted reads addresses and CIDR prefixes.
+func parseTrusted(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
 // Credentials are the cloud credentials; they reach tofu in its
 // environment only. Redfish's and IPMI's power the metal machines with a
 // BMC.
@@ -188,6 +239,7 @@ func Default() Config {
 		Tofu:      Tofu{Binary: "tofu", ParallelApplies: 2},
 		Discovery: Discovery{Interval: "5m"},
 		PXE:       PXE{HTTPPort: DefaultPXEHTTPPort, Window: "30m", Arch: []string{"amd64"}},
+		Panel:     Panel{Trusted: []string{"127.0.0.1", "::1"}},
 		Credentials: Credentials{OpenStack: OpenStackCredentials{
 			UserDomainName: "Default", ProjectDomainName: "Default",
 		}},
@@ -285,6 +337,20 @@ func (c *Config) Validate() error {
 	}
 	if n := len(c.Credentials.IPMI.Password); n > 20 {
 		bad("credentials.ipmi.password", "is %d characters, IPMI v2.0 allows at most 20", n)
+	}
+	if c.Panel.Listen != "" {
+		host, port, err := net.SplitHostPort(c.Panel.Listen)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			bad("panel.listen", "%q must be host:port such as \"127.0.0.1:8099\" or \":8099\" (\"\" turns the panel off)", c.Panel.Listen)
+		} else if _, aerr := netip.ParseAddr(host); host != "" && host != "localhost" && aerr != nil {
+			bad("panel.listen", "host %q must be an IP address, localhost or empty (every interface)", host)
+		}
+		if len(c.Panel.Trusted) == 0 {
+			bad("panel.trusted", "must name at least one peer, e.g. [\"127.0.0.1\"] (or set panel.listen = \"\" to turn the panel off)")
+		}
+	}
+	if _, err := parseTrusted(c.Panel.Trusted); err != nil {
+		bad("panel.trusted", "%v", err)
 	}
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.

@@ -56,6 +56,32 @@ auth_url = "https://keystone.invalid:5000/v3"
 	}
 }
 
+func TestPanel(t *testing.T) {
+	c, err := LoadFile(writeFile(t, "c.toml", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Panel.Listen != "" || !slices.Equal(c.Panel.Trusted, []string{"127.0.0.1", "::1"}) {
+		t.Fatalf("default panel = %+v, want it off, trusting loopback once on", c.Panel)
+	}
+	c, err = LoadFile(writeFile(t, "c.toml", "[panel]\nlisten = \"127.0.0.1:8099\"\ntrusted = [\"127.0.0.1\", \"::ffff:10.0.0.1\", \"192.168.1.0/24\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.Panel.TrustedPrefixes())
+	if c.Panel.Listen != "127.0.0.1:8099" || got != "[127.0.0.1/32 10.0.0.1/32 192.168.1.0/24]" {
+		t.Fatalf("panel = %+v, prefixes %s", c.Panel, got)
+	}
+	c, err = LoadFile(writeFile(t, "c.toml", "[panel]\nlisten = \"\"\ntrusted = []\n"))
+	if err != nil || c.Panel.Listen != "" {
+		t.Fatalf("panel off: %+v, %v", c.Panel, err)
+	}
+	c, err = LoadFile(writeFile(t, "c.toml", "[panel]\nlisten = \"127.0.0.1:8099\"\n"))
+	if err != nil || got != "[127.0.0.1/32 10.0.0.1/32 192.168.1.0/24]" || fmt.Sprint(c.Panel.TrustedPrefixes()) != "[127.0.0.1/32 ::1/128]" {
+		t.Fatalf("panel on, default peers: %+v, %v", c.Panel, err)
+	}
+}
+
 func TestLoadFileErrors(t *testing.T) {
 	tests := []struct{ body, want string }{
 		{"[mqtt]\nulr = \"x\"", ":2:1: mqtt.ulr: unknown key"},
@@ -68,6 +94,11 @@ func TestLoadFileErrors(t *testing.T) {
 		{"[homeassistant]\nurl = \"ws://ha:8123/api/websocket\"", "homeassistant.token: is required"},
 		{"[credentials.oci]\nprivate_key = \"nope\"", "not a PEM private key"},
 		{"[tofu]\nparallel_applies = \"two\"", ":2:20:"},
+		{"[panel]\nlisten = \"8099\"", "panel.listen: \"8099\" must be host:port"},
+		{"[panel]\nlisten = \"ha.local:8099\"", "panel.listen: host \"ha.local\" must be an IP address"},
+		{"[panel]\nlisten = \":99999\"", "panel.listen"},
+		{"[panel]\nlisten = \"127.0.0.1:8099\"\ntrusted = []", "panel.trusted: must name at least one peer"},
+		{"[panel]\ntrusted = [\"supervisor\"]", "panel.trusted: \"supervisor\" is not an IP address or CIDR prefix"},
 	}
 	for _, tc := range tests {
 		_, err := LoadFile(writeFile(t, "c.toml", tc.body))
@@ -130,7 +161,8 @@ func TestLoadAddon(t *testing.T) {
 	}
 	if !c.AddonMode || c.LogLevel != "debug" || c.MQTT.URL != "tcp://core-mosquitto:1883" || c.MQTT.Username != "addons" ||
 		c.MQTT.Password.Reveal() != "pw-from-sup" || c.HomeAssistant.URL != "ws://supervisor/core/websocket" ||
-		c.Credentials.OpenStack.Password.Reveal() != "os-secret-pw" || c.Credentials.OpenStack.UserDomainName != "Default" {
+		c.Credentials.OpenStack.Password.Reveal() != "os-secret-pw" || c.Credentials.OpenStack.UserDomainName != "Default" ||
+		c.Panel.Listen != ":8099" || !slices.Equal(c.Panel.Trusted, []string{"172.30.32.2"}) {
 		t.Fatalf("config = %+v", c)
 	}
 	if !slices.Contains(c.Secrets(), "os-secret-pw") || !slices.Contains(c.Secrets(), "pw-from-sup") {

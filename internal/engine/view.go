@@ -269,7 +269,7 @@ func nodeView(f facts, name string, decl *tenant.Node) tenant.NodeStatus {
 	default:
 		s.Stage = tenant.StagePending
 	}
-	s.Power = powerOf(s.Stage)
+	s.Power = s.Stage.Power()
 	if recorded && observed && o.st.Stage == tenant.StageUnreachable && !intended {
 		s.UnreachableSince = o.since
 		s.Forgettable = f.opts.unreachableAfter > 0 && f.now.Sub(o.since) >= f.opts.unreachableAfter
@@ -277,16 +277,6 @@ func nodeView(f facts, name string, decl *tenant.Node) tenant.NodeStatus {
 	return s
 }
 
-// powerOf is a node's power as far as its stage tells.
-func powerOf(s tenant.Stage) string {
-	switch s {
-	case tenant.StageUnreachable:
-		return "off"
-	case tenant.StagePending, tenant.StageProvisioning, "":
-		return "unknown"
-	}
-	return "on"
-}
 
 func providerOf(f facts) tenant.Provider {
 	if f.spec != nil {

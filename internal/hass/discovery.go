@@ -41,6 +41,9 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 	case kindMachine:
 		b.machineDevice(dev, r) // machine.go
 	}
+	if b.opts.ConfigurationURL != "" {
+		dev["configuration_url"] = b.opts.ConfigurationURL
+	}
 	cmps := map[string]any{}
 	state := b.topics.state(k, r)
 	for i := range entities {

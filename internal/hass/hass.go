@@ -46,6 +46,10 @@ type Options struct {
 	Version string
 	// SupportURL is the origin's support_url.
 	SupportURL string
+	// ConfigurationURL, when set, is every device's configuration_url:
+	// the panel (homeassistant://hassio/ingress/<slug>), which the
+	// device page's "Visit" opens.
+	ConfigurationURL string
 	// LogLevel is the initial value of the log level select (default info).
 	LogLevel string
 	// BirthDelay is the upper bound of the random delay before republishing

@@ -32,7 +32,9 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 	obs := newObserver(t, m.URL)
 	cmd := newFakeCmd()
 	lab, cloud := labTenant(), cloudTenant("prod", 3)
-	b := startBridge(t, fastOptions(m.URL), cmd, []*tenant.Tenant{lab, cloud})
+	opts := fastOptions(m.URL)
+	opts.ConfigurationURL = "homeassistant://hassio/ingress/a0d7b954_rezuscloud"
+	b := startBridge(t, opts, cmd, []*tenant.Tenant{lab, cloud})
 	op := "apply"
 	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseRunning, NodesReady: 3, NodesTotal: 3, Progress: 100,
 		Operation: &op, Pending: tenant.Changes{Add: 1},
@@ -75,6 +77,9 @@ func TestDiscoveryConformanceAndState(t *testing.T) {
 		}
 		for _, err := range checker.Check(topic, mm.payload, mm.retained) {
 			t.Errorf("conformance: %v", err)
+		}
+		if len(mm.payload) > 0 && !strings.Contains(string(mm.payload), `"configuration_url":"homeassistant://hassio/ingress/a0d7b954_rezuscloud"`) {
+			t.Errorf("%s: no configuration_url to the panel", topic)
 		}
 		// Every template finds its value in the device's state document.
 		var d struct {

@@ -151,15 +151,7 @@ func (b *Bridge) machineDoc(id string) machineDoc {
 
 // nodePower is a node's Power state as far as the bridge can tell: on
 // while it answers, off when it does not, unknown before it exists.
-func nodePower(s tenant.Stage) string {
-	switch s {
-	case tenant.StageUnreachable:
-		return "off"
-	case tenant.StagePending, tenant.StageProvisioning, "":
-		return "unknown"
-	}
-	return "on"
-}
+func nodePower(s tenant.Stage) string { return s.Power() }
 
 // setMachineGroup takes the "Cluster group" select.
 func setMachineGroup(b *Bridge, _ context.Context, r ref, p string) error {

@@ -287,6 +287,19 @@ const (
 var Stages = []Stage{StagePending, StageProvisioning, StageUnreachable, StageMaintenance, StageInstalling,
 	StageBooting, StageRunning, StageRebooting, StageUpgrading, StageResetting, StageShuttingDown}
 
+// Power is what a node's stage says of its power: "off" for an
+// unreachable node, "unknown" before it exists, else "on" (the node's
+// Power sensor in Home Assistant and the panel show it).
+func (s Stage) Power() string {
+	switch s {
+	case StageUnreachable:
+		return "off"
+	case StagePending, StageProvisioning, "":
+		return "unknown"
+	}
+	return "on"
+}
+
 // Changes counts the resources a plan adds, changes and destroys.
 type Changes struct {
 	Add     int `json:"add"`

@@ -344,6 +344,15 @@ func (t *Tenant) validateGroupPlatform(f string, g NodeGroup, addrs map[string]s
 	return vs
 }
 
+// positions locates the tenant's keys in the contents it was parsed from
+// (a file not written yet has no other), else in its file.
+func (t *Tenant) positions() posMap {
+	if t.Source != nil {
+		return positions(t.Source)
+	}
+	return positionsOfFile(t.Path)
+}
+
 // CheckAcrossTenants finds metal machine addresses that more than one tenant
 // uses. The problems are reported against the later tenant (in the order
 // given), at its machine's address key.
@@ -363,7 +372,7 @@ func CheckAcrossTenants(ts []*Tenant) Problems {
 				}
 				if o, dup := owner[a.String()]; dup && o != t.Name {
 					if pos == nil {
-						pos = positionsOfFile(t.Path)
+						pos = t.positions()
 					}
 					field := fmt.Sprintf("node_groups[%d].machines[%d].address", gi, mi)
 					line, col := pos.find(field)

@@ -6,7 +6,8 @@
 // (delivered to every matching subscriber, on every connection, and recorded),
 // call_service (recorded; persistent_notification.create/dismiss also keep a
 // notification table like HA's), the entity registry commands
-// (config/entity_registry/list, get, update) and Assist exposure
+// (config/entity_registry/list, get, update), Home Assistant's users
+// (config/auth/list, users.go) and Assist exposure
 // (homeassistant/expose_entity and its list) over an entity registry the
 // test fills (registry.go), a state machine with attributes (get_states,
 // subscribe_entities with HA's compressed states and diffs, state_changed
@@ -95,6 +96,7 @@ type Server struct {
 	registry registry
 	commands []Command
 	states   states // get_states and service hooks (states.go)
+	users    []User // config/auth/list (users.go)
 }
 
 type listener struct {
@@ -495,7 +497,7 @@ func (s *Server) handle(c *conn, raw []byte) {
 	case "call_service":
 		s.callService(c, id, msg.Domain, msg.Service, msg.ServiceData, msg.Target, msg.Return)
 	default:
-		if !s.handleRegistry(c, id, msg.Type, raw) && !s.handleStates(c, id, msg.Type, raw) {
+		if !s.handleRegistry(c, id, msg.Type, raw) && !s.handleStates(c, id, msg.Type, raw) && !s.handleUsers(c, id, msg.Type) {
 			c.fail(id, "unknown_command", "Unknown command.")
 		}
 	}
