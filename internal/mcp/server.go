@@ -60,8 +60,8 @@ type Server struct {
 	order   []string
 
 	mu      sync.Mutex
-	busy    map[string]bool      // writes in flight here, by tenant
-	pending map[string]queuedOp  // writes queued here not yet seen running
+	busy    map[string]bool     // writes in flight here, by tenant
+	pending map[string]queuedOp // writes queued here not yet seen running
 }
 
 // queuedOp is a write this server queued, until the view shows it.

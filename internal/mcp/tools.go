@@ -226,7 +226,11 @@ func (s *Server) addTools() {
 			"written into the cluster's file; a running cluster then plans the change, or applies it with auto apply."},
 		s.scaleWorkers)
 	addTool(s, toolDef{name: ToolPowerWorker, title: "Power a worker", write: true,
-		schema: func(sc *jsonschema.Schema) { clusterSchema(sc); nameProp(sc, "node"); enumProp(sc, "state", "on", "off") },
+		schema: func(sc *jsonschema.Schema) {
+			clusterSchema(sc)
+			nameProp(sc, "node")
+			enumProp(sc, "state", "on", "off")
+		},
 		desc: "Power one bare-metal worker node on, or shut it down gracefully and switch it off. " +
 			"Control-plane nodes and cloud nodes are refused."},
 		s.powerWorker)
