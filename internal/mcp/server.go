@@ -93,7 +93,7 @@ func New(opts Options) (*Server, error) {
 		&sdk.ServerOptions{Instructions: instructions(opts.Writes), Capabilities: &sdk.ServerCapabilities{}})
 	s.addTools()
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk },
-		&sdk.StreamableHTTPOptions{SessionTimeout: sessionTimeout, MaxRequestBodyBytes: 1 << 20})
+		&sdk.StreamableHTTPOptions{SessionTimeout: sessionTimeout, MaxRequestBodyBytes: 1 << 20, JSONResponse: true})
 	mux := http.NewServeMux()
 	mux.Handle(Path, s.auth(h))
 	mux.Handle(Path+"/", s.auth(h))
