@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"path/filepath"
 
 	tfjson "github.com/hashicorp/terraform-json"
@@ -60,7 +61,7 @@ func startMCP(ctx context.Context, cfg config.Config, log *logging.Logger, comma
 		return stop
 	}
 	if cfg.MCP.Enabled && token != "" {
-		addr := cfg.MCP.ListenAddr(cfg.AddonMode)
+		addr := cfg.MCP.ListenAddr(cfg.AddonMode, interfaceAddrs())
 		if ln, err := net.Listen("tcp", addr); err != nil {
 			mlog.Error("MCP server not started: cannot listen", zap.String("listen", addr), zap.Error(err))
 		} else {
@@ -121,3 +122,18 @@ func (s engineSource) View(string) (mcp.View, bool)                             
 func (s engineSource) Machines() []talos.Machine                                 { return nil }
 func (s engineSource) Changed() <-chan struct{}                                  { return nil }
 func (s engineSource) PendingPlan(context.Context, string) (*tfjson.Plan, error) { return nil, nil }
+
+// interfaceAddrs are the machine's (the container's) IP addresses.
+func interfaceAddrs() []netip.Addr {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}

@@ -50,7 +50,7 @@ func TestStartMCP(t *testing.T) {
 		t.Errorf("token file mode %v", fi.Mode())
 	}
 	token := strings.TrimSpace(string(tok))
-	base := "http://" + cfg.MCP.ListenAddr(false)
+	base := "http://" + cfg.MCP.ListenAddr(false, nil)
 	c := mcptest.Connect(t, base, token, mcptest.Options{})
 	want := slices.Sorted(slices.Values(mcp.ReadTools))
 	if got := c.Tools(); !slices.Equal(got, want) {

@@ -117,8 +117,8 @@ type MCP struct {
 	// through MCP and through the Assist scripts.
 	Writes bool `toml:"writes"`
 	// Listen is the IP address to listen on; "" = the default of the mode
-	// (ListenAddr): loopback standalone, the container's own network in
-	// add-on mode. "0.0.0.0" or a LAN address opts into the LAN.
+	// (ListenAddr): loopback standalone, the Supervisor's internal network
+	// in add-on mode. "0.0.0.0" or a LAN address opts into the LAN.
 	Listen string `toml:"listen"`
 }
 
@@ -126,17 +126,29 @@ type MCP struct {
 // until the user gives it a host port).
 const DefaultMCPPort = 8097
 
-// ListenAddr is the host:port the MCP server listens on. In add-on mode
-// the default is every interface of the add-on's container: that is the
-// Supervisor's internal network, which Home Assistant reaches and the LAN
-// does not until the user maps the port in the add-on's Network section.
-// Standalone the default is loopback: the LAN is an explicit choice.
-func (m MCP) ListenAddr(addonMode bool) string {
+// SupervisorNetwork is the Supervisor's internal Docker network
+// ("hassio"): Home Assistant and the add-ons reach each other on it, the
+// LAN does not.
+var SupervisorNetwork = netip.MustParsePrefix("172.30.32.0/23")
+
+// ListenAddr is the host:port the MCP server listens on, given the
+// machine's interface addresses. Standalone the default is loopback: the
+// LAN is an explicit choice (listen = "0.0.0.0"). In add-on mode it is the
+// add-on's address on the Supervisor's network (its container's, or the
+// hassio bridge's with host networking): Home Assistant reaches it there,
+// the LAN only once the user maps the port in the add-on's Network section.
+// Without such an address it is loopback.
+func (m MCP) ListenAddr(addonMode bool, ifaces []netip.Addr) string {
 	host := m.Listen
 	if host == "" {
 		host = "127.0.0.1"
 		if addonMode {
-			host = "0.0.0.0"
+			for _, a := range ifaces {
+				if a = a.Unmap(); a.Is4() && SupervisorNetwork.Contains(a) {
+					host = a.String()
+					break
+				}
+			}
 		}
 	}
 	return net.JoinHostPort(host, strconv.Itoa(m.Port))

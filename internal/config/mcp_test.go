@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,11 +20,21 @@ func TestMCPConfig(t *testing.T) {
 			if c.MCP.Enabled || c.MCP.Writes || c.MCP.Port != 8097 || c.MCP.Token != "" || c.MCP.Listen != "" {
 				t.Errorf("defaults: %+v", c.MCP)
 			}
-			if got := c.MCP.ListenAddr(false); got != "127.0.0.1:8097" {
-				t.Errorf("standalone listen = %s, want loopback", got)
-			}
-			if got := c.MCP.ListenAddr(true); got != "0.0.0.0:8097" {
-				t.Errorf("add-on listen = %s", got)
+			ifaces := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.1.5"),
+				netip.MustParseAddr("::ffff:172.30.33.4")}
+			for _, tc := range []struct {
+				addon  bool
+				ifaces []netip.Addr
+				want   string
+			}{
+				{false, ifaces, "127.0.0.1:8097"},    // standalone: loopback, never the LAN address
+				{true, ifaces, "172.30.33.4:8097"},   // add-on: the Supervisor's network
+				{true, ifaces[:2], "127.0.0.1:8097"}, // no Supervisor network: loopback
+				{true, nil, "127.0.0.1:8097"},
+			} {
+				if got := c.MCP.ListenAddr(tc.addon, tc.ifaces); got != tc.want {
+					t.Errorf("listen (add-on %v, %v) = %s, want %s", tc.addon, tc.ifaces, got, tc.want)
+				}
 			}
 			if c.HomeAssistant.AssistScripts {
 				t.Error("assist_scripts on by default")
@@ -35,7 +46,7 @@ func TestMCPConfig(t *testing.T) {
 				if !c.MCP.Enabled || !c.MCP.Writes || c.MCP.Port != 9000 || c.MCP.Token.Reveal() != "abcdefghijklmnopqrstuvwxyz012345" {
 					t.Errorf("set: %+v", c.MCP)
 				}
-				if got := c.MCP.ListenAddr(true); got != "[::1]:9000" {
+				if got := c.MCP.ListenAddr(true, []netip.Addr{netip.MustParseAddr("172.30.33.4")}); got != "[::1]:9000" {
 					t.Errorf("listen = %s", got)
 				}
 				if !c.HomeAssistant.AssistScripts {
