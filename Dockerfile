@@ -58,7 +58,7 @@ COPY addon/rootfs /
 # loopback only, never published). The Supervisor restarts an unhealthy
 # add-on when the user has turned its Watchdog on.
 HEALTHCHECK --interval=60s --timeout=10s --start-period=120s --retries=3 \
-    CMD curl -fsS --max-time 5 http://127.0.0.1:8097/healthz || exit 1
+    CMD curl -fsS --max-time 5 http://127.0.0.1:8096/healthz || exit 1
 LABEL io.hass.name="rezuscloud" \
       io.hass.description="Talos Kubernetes clusters at home, on Oracle Cloud, OpenStack and bare metal, run from Home Assistant" \
       io.hass.url="https://github.com/rezuscloud/rezuscloud" \

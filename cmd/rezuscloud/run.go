@@ -223,6 +223,9 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		}
 	}
 
+	// AI assistants: the MCP server and the Assist scripts (mcp.go)
+	defer startMCP(ctx, cfg, log, bridge.HandleRequest, eng, haClient)()
+
 	assistCtx, stopAssist := context.WithCancel(ctx)
 	assistDone := make(chan struct{})
 	go func() {

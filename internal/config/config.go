@@ -69,6 +69,7 @@ type Config struct {
 	Pool          Pool          `toml:"pool"`
 	PXE           PXE           `toml:"pxe"`
 	Panel         Panel         `toml:"panel"`
+	MCP           MCP           `toml:"mcp"`
 	Credentials   Credentials   `toml:"credentials"`
 
 	// AddonMode is true when the configuration came from the Supervisor.
@@ -100,6 +101,62 @@ type HomeAssistant struct {
 	// cluster's entities to Assist and give them speakable aliases
 	// (opt-in: exposure is the user's privacy choice).
 	AssistExpose bool `toml:"assist_expose"`
+	// AssistScripts: create and expose to Assist a handful of scripts
+	// (cluster status, pending plan and, with [mcp] writes, scale
+	// workers, power a worker, back up etcd) whose described fields Home
+	// Assistant turns into LLM tools; off again removes exactly those.
+	AssistScripts bool `toml:"assist_scripts"`
+}
+
+// MCP is the Model Context Protocol server for AI assistants
+// (docs/design.md §11.6): Streamable HTTP at /mcp behind a bearer token.
+type MCP struct {
+	Enabled bool `toml:"enabled"`
+	// Port is the TCP port it listens on.
+	Port int `toml:"port"`
+	// Token is the bearer token clients send; "" = generate one once into
+	// the data folder (MCPTokenFile, 0600).
+	Token Secret `toml:"token"`
+	// Writes offers the tools that change clusters (plan, apply, scale
+	// workers, power a worker, back up etcd, upgrade) to AI assistants,
+	// through MCP and through the Assist scripts.
+	Writes bool `toml:"writes"`
+	// Listen is the IP address to listen on; "" = the default of the mode
+	// (ListenAddr): loopback standalone, the Supervisor's internal network
+	// in add-on mode. "0.0.0.0" or a LAN address opts into the LAN.
+	Listen string `toml:"listen"`
+}
+
+// DefaultMCPPort is the MCP server's port (config.yaml maps it, unpublished
+// until the user gives it a host port).
+const DefaultMCPPort = 8097
+
+// SupervisorNetwork is the Supervisor's internal Docker network
+// ("hassio"): Home Assistant and the add-ons reach each other on it, the
+// LAN does not.
+var SupervisorNetwork = netip.MustParsePrefix("172.30.32.0/23")
+
+// ListenAddr is the host:port the MCP server listens on, given the
+// machine's interface addresses. Standalone the default is loopback: the
+// LAN is an explicit choice (listen = "0.0.0.0"). In add-on mode it is the
+// add-on's address on the Supervisor's network (its container's, or the
+// hassio bridge's with host networking): Home Assistant reaches it there,
+// the LAN only once the user maps the port in the add-on's Network section.
+// Without such an address it is loopback.
+func (m MCP) ListenAddr(addonMode bool, ifaces []netip.Addr) string {
+	host := m.Listen
+	if host == "" {
+		host = "127.0.0.1"
+		if addonMode {
+			for _, a := range ifaces {
+				if a = a.Unmap(); a.Is4() && SupervisorNetwork.Contains(a) {
+					host = a.String()
+					break
+				}
+			}
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(m.Port))
 }
 
 // Discovery finds Talos machines in maintenance mode on the LAN
@@ -240,6 +297,7 @@ func Default() Config {
 		Discovery: Discovery{Interval: "5m"},
 		PXE:       PXE{HTTPPort: DefaultPXEHTTPPort, Window: "30m", Arch: []string{"amd64"}},
 		Panel:     Panel{Trusted: []string{"127.0.0.1", "::1"}},
+		MCP:       MCP{Port: DefaultMCPPort},
 		Credentials: Credentials{OpenStack: OpenStackCredentials{
 			UserDomainName: "Default", ProjectDomainName: "Default",
 		}},
@@ -352,6 +410,17 @@ func (c *Config) Validate() error {
 	if _, err := parseTrusted(c.Panel.Trusted); err != nil {
 		bad("panel.trusted", "%v", err)
 	}
+	if p := c.MCP.Port; p < 1 || p > 65535 {
+		bad("mcp.port", "%d is out of range 1..65535", p)
+	}
+	if err := CheckMCPToken(c.MCP.Token.Reveal()); c.MCP.Token != "" && err != nil {
+		bad("mcp.token", "%v", err)
+	}
+	if l := c.MCP.Listen; l != "" {
+		if _, err := netip.ParseAddr(l); err != nil {
+			bad("mcp.listen", "%q must be an IP address such as 127.0.0.1 or 0.0.0.0 (the port is mcp.port)", l)
+		}
+	}
 	// A flattened PEM (the options form strips newlines) is re-wrapped in
 	// place; a key that does not parse is refused without being printed.
 	if k := c.Credentials.OCI.PrivateKey; k != "" {
@@ -372,7 +441,7 @@ func (c *Config) Validate() error {
 // Secrets lists every secret value set, for log redaction.
 func (c *Config) Secrets() []string {
 	var out []string
-	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.HomeAssistant.Token,
+	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.HomeAssistant.Token, c.MCP.Token,
 		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password, c.Credentials.Redfish.Password,
 		c.Credentials.IPMI.Password} {
 		if s != "" {
@@ -396,18 +465,62 @@ const (
 // generated earlier under dataDir, or generates one now (0600) and reports
 // created so the caller can tell the user to back it up.
 func StatePassphrase(dataDir string, configured Secret) (p Secret, created bool, err error) {
+	p, created, err = generated(dataDir, PassphraseFile, configured, func(s string) error {
+		if len(s) < 16 {
+			return errors.New("is shorter than 16 characters: restore it from your backup")
+		}
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("state passphrase %w", err)
+	}
+	return p, created, nil
+}
+
+// MCPTokenFile is where a generated MCP token is kept.
+const MCPTokenFile = "mcp-token"
+
+// MCPToken returns the configured MCP bearer token, or the one generated
+// earlier under dataDir, or generates one now (0600, 43 URL-safe
+// characters) and reports created.
+func MCPToken(dataDir string, configured Secret) (t Secret, created bool, err error) {
+	t, created, err = generated(dataDir, MCPTokenFile, configured, CheckMCPToken)
+	if err != nil {
+		return "", false, fmt.Errorf("mcp token %w", err)
+	}
+	return t, created, nil
+}
+
+// CheckMCPToken checks a bearer token: at least 24 characters, all of them
+// URL-safe (A-Z a-z 0-9 - . _ ~), since a client that cannot send a
+// header puts it in the URL.
+func CheckMCPToken(s string) error {
+	if len(s) < 24 {
+		return errors.New("is shorter than 24 characters; leave it empty to have one generated")
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
+			return errors.New("may only hold letters, digits and - . _ ~ (it can be part of a URL)")
+		}
+	}
+	return nil
+}
+
+// generated is a secret kept in dataDir/file: the configured one when set,
+// else the file's (checked), else 32 random bytes made once (0600).
+func generated(dataDir, file string, configured Secret, check func(string) error) (Secret, bool, error) {
 	if configured != "" {
 		return configured, false, nil
 	}
-	path := filepath.Join(dataDir, PassphraseFile)
+	path := filepath.Join(dataDir, file)
 	if b, err := safefile.Read(path, maxPassphraseFile); err == nil {
 		s := strings.TrimSpace(string(b))
-		if len(s) < 16 {
-			return "", false, fmt.Errorf("state passphrase %s is shorter than 16 characters: restore it from your backup", path)
+		if err := check(s); err != nil {
+			return "", false, fmt.Errorf("%s %w", path, err)
 		}
 		return Secret(s), false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
@@ -415,22 +528,22 @@ func StatePassphrase(dataDir string, configured Secret) (p Secret, created bool,
 	}
 	s := base64.RawURLEncoding.EncodeToString(buf)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	if _, err := f.WriteString(s + "\n"); err != nil {
 		f.Close()
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	if err := f.Close(); err != nil {
-		return "", false, fmt.Errorf("state passphrase: %w", err)
+		return "", false, err
 	}
 	return Secret(s), true, nil
 }

@@ -96,7 +96,7 @@ func interruptedMessage(op string, ro *rolloutRecord) string {
 // facts copies the inputs of the view. Called with ts.mu held.
 func (ts *tenantState) factsLocked() facts {
 	f := facts{name: ts.name, spec: ts.spec, applied: ts.applied, rec: ts.recs.get(), last: ts.last,
-		obs: make(map[string]nodeObs, len(ts.obs)), drift: ts.drift, backup: ts.backup, recovering: ts.recovering, recoverErr: ts.recoverErr,
+		obs: make(map[string]nodeObs, len(ts.obs)), drift: ts.drift, backup: ts.backup, recovering: ts.recovering, recoverErr: ts.recoverErr, queued: len(ts.queue),
 		now: ts.e.now(), opts: ts.e.viewOpts}
 	for n, o := range ts.obs {
 		f.obs[n] = o

@@ -34,6 +34,7 @@ type facts struct {
 	// waited for before the tenant takes operations
 	recovering bool
 	recoverErr string // the workspace could not be recovered at start-up
+	queued     int    // operations waiting behind the running one
 	now        time.Time
 	opts       viewOptions
 }
@@ -142,7 +143,7 @@ func view(f facts) tenant.View {
 		}
 	}
 
-	st := tenant.Status{Pending: pending(f), LastOperation: f.rec.LastOperation, Progress: f.last.progress}
+	st := tenant.Status{Pending: pending(f), LastOperation: f.rec.LastOperation, Progress: f.last.progress, Queued: f.queued}
 	if shown != nil {
 		st.TalosVersion, st.KubernetesVersion = shown.TalosVersion, shown.KubernetesVersion
 		st.Provider, st.AutoApply = shown.Provider, shown.AutoApply

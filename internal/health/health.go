@@ -20,7 +20,7 @@ import (
 
 // DefaultAddr is where the add-on serves /healthz: loopback inside the
 // container, never published (the Dockerfile's HEALTHCHECK uses it).
-const DefaultAddr = "127.0.0.1:8097"
+const DefaultAddr = "127.0.0.1:8096"
 
 // DefaultGrace is how long the check may fail before the add-on is
 // reported unhealthy: a broker restart or a reconnect is not a failure.

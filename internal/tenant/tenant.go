@@ -384,8 +384,10 @@ type Status struct {
 	Operation *string `json:"operation"`
 	// Activity says what the running operation does (Activity*; "" when
 	// idle), OperationStep which step it is in.
-	Activity      string           `json:"activity"`
-	OperationStep string           `json:"operation_step"`
+	Activity      string `json:"activity"`
+	OperationStep string `json:"operation_step"`
+	// Queued is the number of operations waiting behind the running one.
+	Queued        int              `json:"queued"`
 	LastOperation *OperationResult `json:"last_operation"`
 	Problem       bool             `json:"problem"`
 	// Problems are the reasons of Problem, each one sentence.

@@ -14,6 +14,8 @@
 // events), energy/get_prefs, services that return responses
 // (return_response), and result messages with HA's error codes
 // (states.go).
+// Beside the WebSocket API it serves the REST config API of scripts
+// (scripts.go: GET, POST, DELETE /api/config/script/config/<key>).
 //
 // It checks the client: every message after auth must carry an integer id
 // greater than the previous one on that connection. A violation is answered
@@ -95,8 +97,9 @@ type Server struct {
 
 	registry registry
 	commands []Command
-	states   states // get_states and service hooks (states.go)
-	users    []User // config/auth/list (users.go)
+	states   states  // get_states and service hooks (states.go)
+	users    []User  // config/auth/list (users.go)
+	scripts  scripts // scripts.yaml and its REST config API (scripts.go)
 }
 
 type listener struct {
@@ -134,6 +137,7 @@ func New(token string) *Server {
 	s.cond = sync.NewCond(&s.mu)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/websocket", s.serveWS)
+	mux.HandleFunc(scriptConfigPath, s.serveScriptConfig)
 	s.hs = httptest.NewServer(mux) // binds 127.0.0.1
 	s.URL = "ws" + strings.TrimPrefix(s.hs.URL, "http") + "/api/websocket"
 	return s
@@ -564,11 +568,28 @@ func (s *Server) callService(c *conn, id int64, domain, service string, data, ta
 	c.ok(id, map[string]any{"context": ctx, "response": nil})
 }
 
+// FireAs is Fire in the context of a Home Assistant user (as a script run
+// by that user's conversation fires its events).
+func (s *Server) FireAs(userID, eventType string, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	s.fireAs(&userID, eventType, raw)
+	return nil
+}
+
 // fire records an event and delivers it to subscribers and listeners.
 func (s *Server) fire(eventType string, data json.RawMessage) Context {
+	return s.fireAs(nil, eventType, data)
+}
+
+func (s *Server) fireAs(userID *string, eventType string, data json.RawMessage) Context {
 	s.mu.Lock()
+	ctx := s.newContextLocked()
+	ctx.UserID = userID
 	ev := Event{EventType: eventType, Data: append(json.RawMessage(nil), data...), Origin: "LOCAL",
-		TimeFired: time.Now().UTC(), Context: s.newContextLocked()}
+		TimeFired: time.Now().UTC(), Context: ctx}
 	s.events = append(s.events, ev)
 	type target struct {
 		c  *conn
