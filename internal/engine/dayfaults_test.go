@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/talos"
+	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -198,4 +199,47 @@ func TestShutDownOfANodeThatIsOff(t *testing.T) {
 		ns := r.nstatus[node]
 		return ns.Stage == tenant.StageUnreachable && ns.Power == "off"
 	})
+}
+
+// Item 2: a node that never comes back from a Talos upgrade is named as a
+// problem well before the node timeout, and Cancel ends the wait at once
+// (it answered done and the rollout held the tenant for the 20-minute
+// timeout).
+func TestUpgradeNodeNeverBack(t *testing.T) {
+	f := newFixtureTweak(t, 2, 1, false, func(o *Options) {
+		o.NodeTimeout = 20 * time.Minute
+		o.StallAfter = 2 * time.Second
+	})
+	r := f.rec
+	if err := f.eng.Apply(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running", long, func(r *recorder) bool {
+		return phaseIs(tenant.PhaseRunning)(r) && r.status["lab"].TalosVersionRunning != ""
+	})
+	f.sims[1].FailUpgrade(simnode.UpgradeNeverBack)
+	if err := f.eng.Upgrade(context.Background(), "lab", "talos", "v1.13.1"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "the stuck worker named as a problem", time.Minute, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.Problem && strings.Contains(strings.Join(st.Problems, " "), "node lab-workers-1 has been upgrading since")
+	})
+	if err := f.eng.Cancel(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	var ev tenant.OperationEvent
+	r.wait(t, "the rollout to end at the cancel", 30*time.Second, func(r *recorder) bool {
+		var ok bool
+		ev, ok = r.lastEvent("upgrade")
+		return ok && r.status["lab"].Operation == nil
+	})
+	if ev.Result != tenant.ResultCancelled || !strings.Contains(ev.Message, "Install") {
+		t.Fatalf("upgrade: %s: %s", ev.Result, ev.Message)
+	}
+	// the tenant takes the next operation at once
+	if err := f.eng.Plan(context.Background(), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "a plan after the cancel", time.Minute, func(r *recorder) bool { ev, ok := r.lastEvent("plan"); return ok && ev.Result != "" })
 }

@@ -255,9 +255,10 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // clockLoop republishes what depends on the time alone (a node stalled or
-// unreachable for too long, a stale backup) every half minute.
+// unreachable for too long, a stale backup): every half minute, or more
+// often when a stall is to be seen sooner.
 func (e *Engine) clockLoop(ctx context.Context) {
-	tick := time.NewTicker(30 * time.Second)
+	tick := time.NewTicker(min(30*time.Second, max(e.opts.StallAfter/4, time.Second)))
 	defer tick.Stop()
 	for {
 		select {

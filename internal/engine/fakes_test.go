@@ -84,6 +84,9 @@ func (w *fakeWorkspace) Destroy(context.Context, tofu.RunOptions) (*tofu.Result,
 	w.fi.applied = false
 	return &tofu.Result{}, nil
 }
+func (w *fakeWorkspace) Drift(context.Context, tofu.RunOptions) (*tofu.Drift, error) {
+	return &tofu.Drift{}, nil
+}
 func (w *fakeWorkspace) Output(context.Context) (map[string]*tfjson.StateOutput, error) {
 	w.fi.mu.Lock()
 	defer w.fi.mu.Unlock()

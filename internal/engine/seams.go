@@ -97,6 +97,8 @@ type Workspace interface {
 	Apply(ctx context.Context, plan *tofu.Plan, opts tofu.RunOptions) (*tofu.Result, error)
 	Destroy(ctx context.Context, opts tofu.RunOptions) (*tofu.Result, error)
 	Output(ctx context.Context) (map[string]*tfjson.StateOutput, error)
+	// Drift is a refresh-only plan: what was deleted or changed outside.
+	Drift(ctx context.Context, opts tofu.RunOptions) (*tofu.Drift, error)
 }
 
 var _ Workspace = (*tofu.Workspace)(nil)
