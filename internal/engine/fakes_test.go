@@ -175,6 +175,9 @@ func (fn *fakeNodes) EtcdSnapshot(context.Context, talos.Target, []byte, io.Writ
 func (fn *fakeNodes) EtcdMembers(context.Context, talos.Target, []byte) ([]string, error) {
 	return nil, nil
 }
+func (fn *fakeNodes) EtcdRemoveMember(context.Context, talos.Target, []byte, string) (bool, error) {
+	return false, nil
+}
 func (fn *fakeNodes) ControlPlaneVersions(context.Context, talos.Target, []byte) (map[string]string, error) {
 	return nil, nil
 }

@@ -31,7 +31,7 @@ const (
 // (its failure makes the tenant failed, its success ends a failure).
 func converges(op string) bool {
 	switch op {
-	case opPlan, opApply, opDestroy, opBootstrap, opUpgrade, opForget:
+	case opPlan, opApply, opDestroy, opBootstrap, opUpgrade, opForget, opReplace:
 		return true
 	}
 	return false

@@ -26,6 +26,7 @@ type Nodes interface {
 	Upgrade(ctx context.Context, t talos.Target, talosconfig []byte, image string) error
 	EtcdSnapshot(ctx context.Context, t talos.Target, talosconfig []byte, w io.Writer) (int64, error)
 	EtcdMembers(ctx context.Context, t talos.Target, talosconfig []byte) ([]string, error)
+	EtcdRemoveMember(ctx context.Context, t talos.Target, talosconfig []byte, hostname string) (bool, error)
 	ControlPlaneVersions(ctx context.Context, t talos.Target, talosconfig []byte) (map[string]string, error)
 	Shutdown(ctx context.Context, t talos.Target, talosconfig []byte) error
 	WaitGone(ctx context.Context, t talos.Target, talosconfig []byte, interval time.Duration) error
@@ -74,6 +75,9 @@ func (talosNodes) EtcdSnapshot(ctx context.Context, t talos.Target, tc []byte, w
 }
 func (talosNodes) EtcdMembers(ctx context.Context, t talos.Target, tc []byte) ([]string, error) {
 	return talos.EtcdMembers(ctx, t, tc)
+}
+func (talosNodes) EtcdRemoveMember(ctx context.Context, t talos.Target, tc []byte, host string) (bool, error) {
+	return talos.EtcdRemoveMember(ctx, t, tc, host)
 }
 func (talosNodes) ControlPlaneVersions(ctx context.Context, t talos.Target, tc []byte) (map[string]string, error) {
 	return talos.ControlPlaneVersions(ctx, t, tc)

@@ -232,6 +232,10 @@ var entities = slices.Concat([]entity{
 		icon: "mdi:power-on", request: powerRequest("on")},
 	{kind: kindNode, key: "shutdown", platform: "button", name: "Shut down",
 		category: "config", icon: "mdi:power-off", request: powerRequest("off")},
+	// a dead machine (unreachable past unreachable_after): out of the
+	// record and the file, untouched (docs/design.md §11.7)
+	{kind: kindNode, key: "forget", platform: "button", name: "Forget machine",
+		category: "config", icon: "mdi:server-remove", availableWhen: "value_json.forgettable", request: forgetRequest},
 }, poolEntities)
 
 // forGroup reports whether the row has a component for group g.

@@ -105,6 +105,12 @@ func (f *fakeCmd) Adopt(_ context.Context, mac, t, g, d string) (tenant.Machine,
 	}
 	return tenant.Machine{MAC: mac, Address: "127.0.0.9", InstallDisk: "/dev/sda"}, nil
 }
+func (f *fakeCmd) Forget(_ context.Context, t, n string, confirm bool) error {
+	return f.rec("forget %s %s %v", t, n, confirm)
+}
+func (f *fakeCmd) Replace(_ context.Context, t, n, mac string) error {
+	return f.rec("replace %s %s %s", t, n, mac)
+}
 func (f *fakeCmd) Power(_ context.Context, t, n, st string) error {
 	return f.rec("power %s %s %s", t, n, st)
 }

@@ -192,6 +192,16 @@ func adoptRequest(b *Bridge, r ref, p string) (Request, error) {
 }
 
 // powerRequest is the request of the "Power on" and "Shut down" buttons.
+// forgetRequest is the "Forget machine" button: a confirmed forget (the
+// button is available only while the node has been unreachable past
+// unreachable_after; the engine checks again).
+func forgetRequest(_ *Bridge, r ref, p string) (Request, error) {
+	if p != "PRESS" {
+		return Request{}, fmt.Errorf("unexpected payload %q (want PRESS)", truncate(p, 40))
+	}
+	return Request{Action: ActionForget, Tenant: r.tenant, Node: r.node, Confirm: "true"}, nil
+}
+
 func powerRequest(state string) func(b *Bridge, r ref, p string) (Request, error) {
 	return func(_ *Bridge, r ref, p string) (Request, error) {
 		if p != "PRESS" {

@@ -40,6 +40,8 @@ const (
 	ActionDiscover  = "discover" // machine.go
 	ActionAdopt     = "adopt"
 	ActionPower     = "power"
+	ActionForget    = "forget"  // a dead machine, out of the record and the file (docs/design.md §11.7)
+	ActionReplace   = "replace" // a dead machine's place, to a discovered one
 	// ActionPool is in pool.go.
 )
 
@@ -165,6 +167,12 @@ var actions = map[string]action{
 	ActionPower: {fields: fTenant | fNode | fState, call: queued(func(ctx context.Context, c Commander, r Request) error {
 		return c.Power(ctx, r.Tenant, r.Node, r.State)
 	})},
+	ActionForget: {fields: fTenant | fNode | fConfirm, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Forget(ctx, r.Tenant, r.Node, r.Confirm == "true")
+	})},
+	ActionReplace: {fields: fTenant | fNode | fMAC, call: queued(func(ctx context.Context, c Commander, r Request) error {
+		return c.Replace(ctx, r.Tenant, r.Node, r.MAC)
+	})},
 	ActionPool: {fields: fTenant | fGroup | fMode | fMin | fMax, optional: fMode | fMin | fMax, call: callPool},
 }
 
@@ -204,6 +212,11 @@ type Commander interface {
 	Discover(ctx context.Context) ([]machine.Machine, error)
 	Adopt(ctx context.Context, mac, tenant, group, installDisk string) (tenant.Machine, error)
 	Power(ctx context.Context, tenant, node, state string) error
+	// Forget removes a dead metal machine from the record and the file
+	// without touching it (confirm must be true); Replace puts a machine a
+	// scan found in a dead node's place.
+	Forget(ctx context.Context, tenant, node string, confirm bool) error
+	Replace(ctx context.Context, tenant, node, mac string) error
 }
 
 // Request is a decoded, syntactically valid request (package command:
@@ -271,7 +284,7 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		Group       *string         `json:"group"`
 		Count       json.RawMessage `json:"count"`
 		Node        *string         `json:"node"`
-		Confirm     *string         `json:"confirm"`
+		Confirm     json.RawMessage `json:"confirm"`
 		Enabled     *bool           `json:"enabled"`
 		Level       *string         `json:"level"`
 		Component   *string         `json:"component"`
@@ -314,7 +327,7 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		{fGroup, body.Group != nil, "group"},
 		{fCount, len(body.Count) > 0, "count"},
 		{fNode, body.Node != nil, "node"},
-		{fConfirm, body.Confirm != nil, "confirm"},
+		{fConfirm, len(body.Confirm) > 0, "confirm"},
 		{fEnabled, body.Enabled != nil, "enabled"},
 		{fLevel, body.Level != nil, "level"},
 		{fComponent, body.Component != nil, "component"},
@@ -331,7 +344,16 @@ func decodeRequest(action string, payload []byte) (Request, error) {
 		}
 	}
 	req.Tenant, req.Group, req.Node = str(body.Tenant), str(body.Group), str(body.Node)
-	req.Confirm, req.Level, req.Enabled = str(body.Confirm), str(body.Level), body.Enabled
+	if len(body.Confirm) > 0 { // the tenant's name (destroy), or true (forget)
+		var b bool
+		if err := json.Unmarshal(body.Confirm, &req.Confirm); err != nil {
+			if json.Unmarshal(body.Confirm, &b) != nil {
+				return req, errors.New("confirm must be a string (the tenant's name) or true")
+			}
+			req.Confirm = strconv.FormatBool(b)
+		}
+	}
+	req.Level, req.Enabled = str(body.Level), body.Enabled
 	req.MAC, req.InstallDisk, req.State = str(body.MAC), str(body.InstallDisk), str(body.State)
 	req.Component, req.Version = str(body.Component), str(body.Version)
 	if fields&fCount != 0 {

@@ -125,3 +125,33 @@ func EtcdMembers(ctx context.Context, t Target, talosconfig []byte) ([]string, e
 	slices.Sort(out)
 	return out, nil
 }
+
+// EtcdRemoveMember removes the etcd member named hostname (a control plane
+// that died) through the control plane at t, as talosctl etcd
+// remove-member does. It reports whether there was such a member.
+func EtcdRemoveMember(ctx context.Context, t Target, talosconfig []byte, hostname string) (bool, error) {
+	removed := false
+	_, err := withSecure(ctx, t, 0, talosconfig, func(ctx context.Context, c *client.Client) error {
+		resp, err := c.EtcdMemberList(ctx, &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return err
+		}
+		for _, m := range resp.GetMessages() {
+			for _, mem := range m.GetMembers() {
+				if mem.GetHostname() != hostname {
+					continue
+				}
+				if err := c.EtcdRemoveMemberByID(ctx, &machine.EtcdRemoveMemberByIDRequest{MemberId: mem.GetId()}); err != nil {
+					return err
+				}
+				removed = true
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("removing etcd member %s through %s: %w", hostname, t, err)
+	}
+	return removed, nil
+}

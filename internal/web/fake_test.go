@@ -347,6 +347,8 @@ func (f *fakeEngine) Adopt(_ context.Context, mac, name, group, disk string) (te
 	return m, f.load()
 }
 
+func (f *fakeEngine) Forget(context.Context, string, string, bool) error    { return nil }
+func (f *fakeEngine) Replace(context.Context, string, string, string) error { return nil }
 func (f *fakeEngine) Power(_ context.Context, name, node, state string) error {
 	f.record("power %s %s %s", name, node, state)
 	return f.get(name)

@@ -78,6 +78,9 @@ type Counts struct {
 	Upgrade                     int // upgrade requests: LifecycleService.Upgrade and the legacy Upgrade
 	ImagePull                   int // ImageService.Pull calls
 	EtcdSnapshot                int // EtcdSnapshot calls
+	// EtcdRemoved are the etcd members removed through this node, by
+	// hostname (EtcdRemoveMemberByID).
+	EtcdRemoved []string
 }
 
 // Node is a simulated Talos node.
@@ -246,7 +249,9 @@ func (n *Node) Config() []byte {
 func (n *Node) Calls() Counts {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.counts
+	c := n.counts
+	c.EtcdRemoved = append([]string(nil), c.EtcdRemoved...)
+	return c
 }
 
 // FailBootstrap makes the next count Bootstrap calls answer

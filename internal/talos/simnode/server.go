@@ -47,6 +47,7 @@ const (
 	mUpgrade          = "/machine.MachineService/Upgrade"
 	mEtcdSnapshot     = "/machine.MachineService/EtcdSnapshot"
 	mEtcdMemberList   = "/machine.MachineService/EtcdMemberList"
+	mEtcdRemoveMember = "/machine.MachineService/EtcdRemoveMemberByID"
 	mImagePull        = "/machine.ImageService/Pull"
 	mLifecycleUpgrade = "/machine.LifecycleService/Upgrade"
 )
@@ -68,6 +69,7 @@ var rolesFor = map[string][]role.Role{
 	mLifecycleUpgrade: {role.Admin},
 	mEtcdSnapshot:     {role.Admin, role.Operator},
 	mEtcdMemberList:   {role.Admin, role.Operator, role.Reader},
+	mEtcdRemoveMember: {role.Admin},
 }
 
 func newMaintenanceServer(n *Node) (*server, error) {
