@@ -61,6 +61,9 @@ type Options struct {
 	TalosPort int
 	// NodeTimeout bounds the wait for nodes to come up (default 20 min).
 	NodeTimeout time.Duration
+	// ResetTimeout bounds one node's reset in a scale-down or a destroy: a
+	// machine that does not take it in time is named (default 2 min).
+	ResetTimeout time.Duration
 	// StallAfter: a node that stays in a stage an operation put it in for
 	// longer, without any change, is shown as a problem (default 3 min).
 	StallAfter time.Duration
@@ -152,6 +155,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.NodeTimeout <= 0 {
 		opts.NodeTimeout = 20 * time.Minute
+	}
+	if opts.ResetTimeout <= 0 {
+		opts.ResetTimeout = 2 * time.Minute
 	}
 	if opts.StallAfter <= 0 {
 		opts.StallAfter = 3 * time.Minute

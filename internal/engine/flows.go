@@ -721,10 +721,6 @@ func (ts *tenantState) waitRunning(ctx context.Context, r *run, nodes map[string
 	return nil
 }
 
-// resetBound bounds one node's reset: a machine that does not answer it
-// in time is named, so that a teardown never hangs.
-const resetBound = 2 * time.Minute
-
 // resetNodes resets nodes through the Talos API: gracefully (cordon,
 // drain, leave etcd) when removing them from a running cluster, or not
 // (back to maintenance) when the whole cluster goes. A removed metal node
@@ -750,15 +746,26 @@ func (ts *tenantState) resetNodes(ctx context.Context, r *run, t *tenant.Tenant,
 		if graceful && e.canPowerOff(m) { // power.go
 			opts.Halt = true
 		}
-		rctx, cancel := context.WithTimeout(ctx, resetBound)
+		rctx, cancel := context.WithTimeout(ctx, e.opts.ResetTimeout)
 		err := ts.e.opts.Nodes.Reset(rctx, ep, tc, opts)
 		cancel()
 		if err == nil && opts.Halt {
 			e.log.Info("node reset and halted; its power brings it back when needed", zap.String("node", n))
 			ts.afterHalt(ctx, n, ep, m, tc)
 		}
+		if err == nil && !opts.Halt && t.Provider == tenant.ProviderMetal {
+			// the reset was accepted: a machine that does not get back to
+			// maintenance mode in time is named, so a teardown never hangs
+			err = ts.waitReset(ctx, n, ep, tc)
+			if err != nil && !graceful {
+				e.log.Warn("node did not come back in maintenance mode after its reset; the cluster is destroyed anyway", zap.String("node", n), zap.Error(err))
+				e.oplog.line(ts.name, r.name, "talos", "warn", "node "+n+" did not come back in maintenance mode after its reset")
+				err = nil
+			}
+		}
 		if err == nil {
 			e.oplog.line(ts.name, r.name, "talos", "info", fmt.Sprintf("node %s reset (%d of %d)", n, i+1, len(names)))
+			r.setProgress((i + 1) * tofuShare / len(names))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -778,10 +785,28 @@ func (ts *tenantState) resetNodes(ctx context.Context, r *run, t *tenant.Tenant,
 				addr = " (" + m.Address + ")"
 			}
 			errs = append(errs, fmt.Errorf("node %s%s did not take its reset within %s: %w; bring it back and press Apply again, or forget the machine (Forget machine) to remove it without touching it",
-				n, addr, resetBound, err))
+				n, addr, e.opts.ResetTimeout, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitReset waits, up to the reset timeout, until a node that accepted its
+// reset is back in maintenance mode.
+func (ts *tenantState) waitReset(ctx context.Context, n string, ep talos.Target, tc []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, ts.e.opts.ResetTimeout)
+	defer cancel()
+	last := tenant.StageResetting
+	err := backoff.Until(wctx, waitPolicy, nil, func(ctx context.Context) (bool, error) {
+		st, _ := ts.read(ctx, n, ep, tc)
+		last = st.Stage
+		return st.Stage == tenant.StageMaintenance, nil
+	})
+	if err != nil {
+		return fmt.Errorf("it accepted its reset but was not back in maintenance mode within %s (stage %s): %w",
+			ts.e.opts.ResetTimeout, last, err)
+	}
+	return nil
 }
 
 // machineOf finds the pool machine of a metal node by its name, also for a

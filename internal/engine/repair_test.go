@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
@@ -82,7 +83,10 @@ func TestForgetAndReplace(t *testing.T) {
 	if err := f.eng.Forget(ctx, "lab", "lab-workers-1", true); err != nil {
 		t.Fatal(err)
 	}
-	r.wait(t, "the forget", long, func(r *recorder) bool { ev, ok := r.lastEvent(opForget); return ok && ev.Result == tenant.ResultSucceeded })
+	r.wait(t, "the forget", long, func(r *recorder) bool {
+		ev, ok := r.lastEvent(opForget)
+		return ok && ev.Result == tenant.ResultSucceeded
+	})
 	data, _ = os.ReadFile(f.store.Path("lab"))
 	if strings.Contains(string(data), f.sims[1].Host()) || !strings.Contains(string(data), "count = 1") {
 		t.Fatalf("file after the forget:\n%s", data)
@@ -99,5 +103,43 @@ func TestForgetAndReplace(t *testing.T) {
 	})
 	if c := f.sims[1].Calls(); c.Reset != 0 {
 		t.Fatalf("the forgotten machine was touched: %+v", c)
+	}
+}
+
+// TestTeardownNeverHangs: a scale-down whose machine does not take its
+// reset ends within the reset bound and names the machine and what to do;
+// a destroy whose machine is dead finishes.
+func TestTeardownNeverHangs(t *testing.T) {
+	f := newFixtureTweak(t, 3, 2, false, func(o *Options) { o.ResetTimeout = 3 * time.Second })
+	r := f.rec
+	ctx := context.Background()
+	if err := f.eng.Apply(ctx, "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "running", long, func(r *recorder) bool { return phaseIs(tenant.PhaseRunning)(r) && r.status["lab"].NodesReady == 3 })
+	f.sims[2].FailReset(simnode.ResetHangs)
+	if err := f.eng.Scale(ctx, "lab", "workers", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.eng.Apply(ctx, "lab"); err != nil {
+		t.Fatal(err)
+	}
+	var ev tenant.OperationEvent
+	r.wait(t, "the scale-down to end", time.Minute, func(r *recorder) bool {
+		var ok bool
+		ev, ok = r.lastEvent(opApply)
+		return ok && ev.Result != tenant.ResultSucceeded && r.status["lab"].Operation == nil
+	})
+	if !strings.Contains(ev.Message, "lab-workers-2") || !strings.Contains(ev.Message, f.sims[2].Host()) || !strings.Contains(ev.Message, "Forget machine") {
+		t.Fatalf("scale-down with a hanging reset: %s", ev.Message)
+	}
+	f.sims[2].ClearFault()
+	f.sims[1].Die()
+	if err := f.eng.Destroy(ctx, "lab", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "the destroy", long, func(r *recorder) bool { ev, ok := r.lastEvent(opDestroy); return ok && ev.Result != "" })
+	if ev, _ := r.lastEvent(opDestroy); ev.Result != tenant.ResultSucceeded {
+		t.Fatalf("destroy with a dead machine: %s: %s", ev.Result, ev.Message)
 	}
 }
