@@ -11,12 +11,14 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +43,9 @@ const (
 	// LabelControlPlane marks control-plane nodes (Talos sets it).
 	LabelControlPlane = "node-role.kubernetes.io/control-plane"
 )
+
+// evictParallel bounds a drain's eviction requests in flight.
+const evictParallel = 8
 
 // pollInterval is how often the waits (WaitReady, Drain) look again.
 const pollInterval = 50 * time.Millisecond
@@ -500,7 +505,8 @@ func matchingPDBs(pdbs []policyv1.PodDisruptionBudget, p *corev1.Pod) []*policyv
 var ErrDrainTimeout = errors.New("drain timed out")
 
 // Drain empties a node for power-off: cordon, then evict through the
-// Eviction API every pod that is not a DaemonSet pod, a mirror pod or
+// Eviction API (up to 8 requests at once, as kubectl drain evicts in
+// parallel) every pod that is not a DaemonSet pod, a mirror pod or
 // finished, and wait until they are gone, all within timeout. It returns
 // the pods it evicted.
 //
@@ -509,7 +515,7 @@ var ErrDrainTimeout = errors.New("drain timed out")
 // delete it for good, as `kubectl drain` refuses without --force), or a
 // PodDisruptionBudget that allows no disruption (checked before anything is
 // evicted; a PDB that refuses later is retried until the deadline). Pods
-// evicted before a later refusal stay evicted. A drain that times out
+// the API let go stay evicted. A drain that times out
 // waiting also uncordons the node (the pods still run there) and wraps
 // ErrDrainTimeout.
 func (c *Client) Drain(ctx context.Context, node string, timeout time.Duration) ([]PodRef, error) {
@@ -556,14 +562,32 @@ func (c *Client) drain(ctx context.Context, node string, timeout time.Duration) 
 	if err := c.checkBudgets(ctx, victims); err != nil {
 		return nil, err
 	}
+	// evict all at once (as kubectl drain does), at most evictParallel
+	// requests in flight
+	errs := make([]error, len(victims))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, evictParallel)
+	for i, p := range victims {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = c.evictUntil(ctx, p)
+		})
+	}
+	wg.Wait()
 	var evicted []PodRef
 	uids := map[types.UID]PodRef{}
-	for _, p := range victims {
-		if err := c.evictUntil(ctx, p); err != nil {
-			return evicted, err
+	var first error
+	for i, p := range victims {
+		if errs[i] != nil {
+			first = cmp.Or(first, errs[i])
+			continue
 		}
 		evicted = append(evicted, refOf(p))
 		uids[p.UID] = refOf(p)
+	}
+	if first != nil {
+		return evicted, first
 	}
 	// wait for them to be gone
 	tick := time.NewTicker(pollInterval)

@@ -126,6 +126,10 @@ type Options struct {
 	Clock clock.WithDelayedExecution
 }
 
+// workers is how many pods a Kubelet syncs at once (a real kubelet has a
+// worker per pod).
+const workers = 4
+
 // Kubelet is the kubelet of one simulated node.
 type Kubelet struct {
 	cs   kubernetes.Interface
@@ -243,8 +247,10 @@ func (k *Kubelet) run(ctx context.Context) error {
 			return fmt.Errorf("kubesim: node %s: %v informer did not sync: %w", k.opts.Name, typ, context.Cause(ctx))
 		}
 	}
-	k.wg.Add(1)
-	go k.worker()
+	for range workers {
+		k.wg.Add(1)
+		go k.worker()
+	}
 	if ctx.Done() != nil {
 		k.wg.Add(1)
 		go func() {
