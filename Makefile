@@ -1,5 +1,6 @@
 # rezuscloud: make demo runs the product on embedded defaults, make test
-# runs every test against real peers (mosquitto, tofu, simulated Talos nodes).
+# runs every test against real peers (mosquitto, tofu, simulated Talos nodes,
+# a Kubernetes API server, scheduler and etcd).
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
@@ -24,9 +25,10 @@ build:
 build-demo:
 	$(GO) build -tags demo -ldflags "$(LDFLAGS)" -o $(BIN)-demo ./cmd/rezuscloud
 
-# tofu v1.12.6 and terraform-provider-openstack v3.4.0, built from the pinned
-# wrapper modules under tools/ into .tools/ (a filesystem mirror); a no-op
-# when they are current.
+# tofu v1.12.6 and terraform-provider-openstack v3.4.0 (a filesystem mirror),
+# and the Kubernetes test peers kube-apiserver and kube-scheduler v1.37.2 and
+# etcd v3.7.3, built from the pinned wrapper modules under tools/ into
+# .tools/; a no-op when they are current.
 tools:
 	./tools/build.sh
 

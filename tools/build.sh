@@ -44,3 +44,12 @@ provider_installation {
 RC
 mv "$out/tofurc.tmp" "$out/tofurc"
 TF_CLI_CONFIG_FILE="$out/tofurc" "$out/bin/tofu" version | sed -n 1p
+
+# Kubernetes test peers (internal/testenv.StartKube): kube-apiserver and
+# kube-scheduler v1.37.2 from tools/kube, etcd v3.7.3 from tools/etcd, into
+# .tools/bin. A cold kube-apiserver build takes about 6.5 minutes on 2 cores.
+kubeflags="-s -w -X k8s.io/component-base/version.gitVersion=v1.37.2"
+build kube-apiserver "$root/tools/kube" k8s.io/kubernetes/cmd/kube-apiserver "$out/bin/kube-apiserver" "$kubeflags"
+build kube-scheduler "$root/tools/kube" k8s.io/kubernetes/cmd/kube-scheduler "$out/bin/kube-scheduler" "$kubeflags"
+build etcd "$root/tools/etcd" go.etcd.io/etcd/server/v3 "$out/bin/etcd"
+"$out/bin/kube-apiserver" --version

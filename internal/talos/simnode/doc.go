@@ -74,8 +74,10 @@
 // # What it does not simulate
 //
 // Kubernetes itself (no API server answers at the endpoint; the kubeconfig is
-// valid but leads nowhere), etcd membership (graceful reset does not cordon,
-// drain or leave anything), disks and the install itself, drains and etcd
+// valid but leads nowhere; package kubesim attaches a kubelet side to a node,
+// following Changed, against a real API server testenv.StartKube runs),
+// etcd membership (graceful reset does not cordon, drain or leave
+// anything), disks and the install itself, drains and etcd
 // checks during upgrades, routing by workers (real apid routes on every
 // node; rezuscloud routes through control planes only, so a simulated
 // worker answers Unimplemented) and in maintenance mode (PermissionDenied, as

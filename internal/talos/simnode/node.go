@@ -115,6 +115,7 @@ type Node struct {
 	closed      bool
 	public      []*publicListener
 	routedLis   *bufconn.Listener // in-process connections from routing control planes
+	changed     chan struct{}     // closed at the next change of stage or power (Changed)
 
 	fwdMu sync.Mutex
 	fwd   map[fwdKey]*fwdConn // this control plane's connections to routed nodes
@@ -309,6 +310,7 @@ func (n *Node) PowerOn() {
 		return
 	}
 	n.off = false
+	n.notifyLocked()
 	if n.cfg != nil { // shut down with its config (shutdown.go): boots into its cluster
 		n.sequenceLocked(n.rebootSteps()[2:]...)
 		return
@@ -321,6 +323,33 @@ func (n *Node) PowerOn() {
 	}})
 }
 
+// Changed is closed at the node's next change of stage or power state
+// (then read Stage, Ready, PoweredOff); call it again for the one after.
+// The kubelet side of a simulated node (package kubesim) follows it.
+func (n *Node) Changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.changed == nil {
+		n.changed = make(chan struct{})
+	}
+	return n.changed
+}
+
+func (n *Node) notifyLocked() {
+	if n.changed != nil {
+		close(n.changed)
+		n.changed = nil
+	}
+}
+
+// Hostname is the node's hostname, the name its kubelet registers: the
+// config's HostnameConfig, or talos-<IP with dashes>.
+func (n *Node) Hostname() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hostnameLocked()
+}
+
 // Close stops the node and waits for its goroutines.
 func (n *Node) Close() {
 	n.mu.Lock()
@@ -329,6 +358,7 @@ func (n *Node) Close() {
 		return
 	}
 	n.closed = true
+	n.notifyLocked()
 	n.gen++
 	old := n.srv
 	n.srv = nil
@@ -435,6 +465,7 @@ func (n *Node) initState() error {
 // resource (so that COSI watchers see it).
 func (n *Node) setStageLocked(s runtime.MachineStage, ready bool, unmet ...runtime.UnmetCondition) {
 	n.stage, n.ready, n.unmet = s, ready, unmet
+	n.notifyLocked()
 	_ = safe.StateModify(context.Background(), n.st, runtime.NewMachineStatus(), func(ms *runtime.MachineStatus) error {
 		ms.TypedSpec().Stage = s
 		ms.TypedSpec().Status.Ready = ready
@@ -483,6 +514,7 @@ func (n *Node) startServerLocked() error {
 // outside the lock.
 func (n *Node) goDownLocked() *server {
 	n.down = true
+	n.notifyLocked()
 	old := n.srv
 	n.srv = nil
 	return old
