@@ -46,6 +46,9 @@ type Options struct {
 	Version string
 	// SupportURL is the origin's support_url.
 	SupportURL string
+	// ConfigurationURL is every device's configuration_url, the device
+	// page's "Visit" link ("" = none).
+	ConfigurationURL string
 	// LogLevel is the initial value of the log level select (default info).
 	LogLevel string
 	// BirthDelay is the upper bound of the random delay before republishing
