@@ -465,9 +465,9 @@ func (e *Engine) fileValid(name string) error {
 		}
 	}
 	if len(mine) == 0 {
-		return fmt.Errorf("tenant %s: its file %s does not validate; fix it first (nothing was changed)", name, e.opts.Store.Path(name))
+		return fmt.Errorf("tenant %s: its file %s.toml does not validate; fix it first (nothing was changed)", name, name)
 	}
-	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, mine)
+	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, tenant.Readable(mine))
 }
 
 // Plan plans the tenant and shows the pending changes.
