@@ -6,36 +6,48 @@ LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/rezuscloud
 TOOLS    := .tools
 export REZUSCLOUD_TOFU        ?= $(CURDIR)/$(TOOLS)/bin/tofu
-export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
+export REZUSCLOUD_TOFURC      ?= $(CURDIR)/$(TOOLS)/tofurc
+export REZUSCLOUD_ACTIONLINT  ?= $(CURDIR)/$(TOOLS)/bin/actionlint
 # packages whose tests run under the race detector
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
+# Debian packages the tests use: the tests' own brokers, mosquitto_sub to
+# record what they publish, shellcheck for the workflows' run: scripts
+PACKAGES := mosquitto mosquitto-clients shellcheck
 
-.PHONY: all build tools test bench lint demo mosquitto fuzz clean
+.PHONY: all build tools test bench lint demo packages mosquitto fuzz clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/rezuscloud
 
-# tofu v1.12.6 and terraform-provider-openstack v3.4.0, built from the pinned
-# wrapper modules under tools/ into .tools/ (a filesystem mirror); a no-op
-# when they are current.
+# tofu v1.12.6, terraform-provider-openstack v3.4.0 and actionlint v1.7.12,
+# built from the pinned wrapper modules under tools/ into .tools/ (tofu's
+# from a filesystem mirror), through a build cache that every clone on this
+# machine shares; a no-op when they are current.
 tools:
 	./tools/build.sh
 
-# mosquitto (the tests' own brokers) and mosquitto-clients (the end-to-end
-# tests record every message with mosquitto_sub), from Debian's packages.
-mosquitto:
-	@{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } && command -v mosquitto_sub >/dev/null 2>&1 || \
-	  { echo "installing mosquitto and mosquitto-clients"; apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; }
+# The packages of PACKAGES that are missing, from Debian (needs root).
+packages:
+	@missing=""; \
+	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
+	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
+	command -v shellcheck >/dev/null 2>&1 || missing="$$missing shellcheck"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make test needs$$missing: run as root, or: sudo apt-get install$$missing"; exit 1; fi; \
+	  echo "installing$$missing (Debian packages)"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
-test: mosquitto tools
+mosquitto: packages
+
+test: packages tools
 	$(GO) vet ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
-bench: mosquitto tools
+bench: packages tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 fuzz:
@@ -45,7 +57,10 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-demo: build tools
+# The demo needs rezuscloud and tofu only (the OpenStack demo, started by
+# hand with --provider openstack, also needs make tools).
+demo: build
+	./tools/build.sh tofu
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" ./$(BIN) demo
 
 clean:
