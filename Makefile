@@ -11,6 +11,9 @@ export REZUSCLOUD_ACTIONLINT  ?= $(CURDIR)/$(TOOLS)/bin/actionlint
 # packages whose tests run under the race detector
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
+# tests marked t.Parallel() in one package that run at once: most of their
+# time is waiting for tofu, brokers and simulated boots, not CPU
+TEST_PARALLEL ?= 4
 # Debian packages the tests use: the tests' own brokers, mosquitto_sub to
 # record what they publish, shellcheck for the workflows' run: scripts
 PACKAGES := mosquitto mosquitto-clients shellcheck
@@ -45,7 +48,7 @@ mosquitto: packages
 
 test: packages tools
 	$(GO) vet ./...
-	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	$(GO) test -race -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) $(RACE_PKGS)
 
 bench: packages tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
