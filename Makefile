@@ -15,8 +15,8 @@ TEST_TIMEOUT ?= 40m
 # time is waiting for tofu, brokers and simulated boots, not CPU
 TEST_PARALLEL ?= 4
 # Debian packages the tests use: the tests' own brokers, mosquitto_sub to
-# record what they publish, shellcheck for the workflows' run: scripts
-PACKAGES := mosquitto mosquitto-clients shellcheck
+# record what they publish, shellcheck for the workflows' run: scripts, gcc
+# for the race detector (cgo)
 
 .PHONY: all build tools test bench lint demo packages mosquitto fuzz clean
 
@@ -32,12 +32,14 @@ build:
 tools:
 	./tools/build.sh
 
-# The packages of PACKAGES that are missing, from Debian (needs root).
+# The Debian packages make test needs that are missing (installing them
+# needs root).
 packages:
 	@missing=""; \
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	command -v shellcheck >/dev/null 2>&1 || missing="$$missing shellcheck"; \
+	command -v "$$($(GO) env CC)" >/dev/null 2>&1 || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "make test needs$$missing: run as root, or: sudo apt-get install$$missing"; exit 1; fi; \
 	  echo "installing$$missing (Debian packages)"; apt-get update -qq && \

@@ -27,6 +27,8 @@ Usage:
   rezuscloud validate FILE...                    check tenant files
   rezuscloud render   --tenant FILE --out DIR    write main.tf.json and Talos configs
   rezuscloud version
+
+"rezuscloud COMMAND -h" lists the flags of a command.
 `
 
 func main() {
