@@ -3,139 +3,20 @@ package config
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"go.yaml.in/yaml/v4"
-
-	"github.com/rezuscloud/rezuscloud/internal/addoncheck"
+	"github.com/rezuscloud/rezuscloud/internal/config/supervisortest"
 )
 
-// standIn is the part of the Supervisor an add-on's options go through,
-// following supervisor/apps (commit 090ef31): the options it keeps for the
-// add-on (persist), merged over config.yaml's defaults (deepmerge: sections
-// merge, values replace) for /addons/self/info, validated by AppOptions
-// before it keeps them (POST /addons/self/options) and before it writes
-// /data/options.json at each start, which drops the options the schema
-// does not have. The validation is addoncheck's transcription of AppOptions.
-type standIn struct {
-	t        *testing.T
-	schema   map[string]*yaml.Node
-	defaults map[string]any
-	slug     string
-	refuse   bool // answer POST /addons/self/options with an error
-
-	mu      sync.Mutex
-	persist map[string]any
-	posts   int
-	srv     *httptest.Server
+func newStandIn(t *testing.T, persist map[string]any) *supervisortest.Supervisor {
+	return supervisortest.New(t, "../../config.yaml", persist)
 }
 
-func newStandIn(t *testing.T, persist map[string]any) *standIn {
-	t.Helper()
-	b, err := os.ReadFile("../../config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, errs := addoncheck.CheckConfig("config.yaml", b)
-	if len(errs) > 0 {
-		t.Fatalf("config.yaml: %v", errs)
-	}
-	defs, err := man.Defaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &standIn{t: t, schema: man.Schema, defaults: defs, slug: "a0d7b954_rezuscloud", persist: persist}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	return s
-}
-
-func (s *standIn) supervisor() Supervisor {
-	return Supervisor{URL: s.srv.URL, Token: "sup-token-123", Client: s.srv.Client()}
-}
-
-func (s *standIn) answer(w http.ResponseWriter, status int, data any, msg string) {
-	w.WriteHeader(status)
-	res := "ok"
-	if status != http.StatusOK {
-		res = "error"
-	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"result": res, "data": data, "message": msg})
-}
-
-func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer sup-token-123" {
-		s.answer(w, http.StatusUnauthorized, nil, "Unauthorized")
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch r.Method + " " + r.URL.Path {
-	case "GET /addons/self/info":
-		s.answer(w, 200, map[string]any{"slug": s.slug, "ingress": false, "options": merge(s.defaults, s.persist)}, "")
-	case "POST /addons/self/options":
-		var body struct {
-			Options map[string]any `json:"options"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			s.answer(w, 400, nil, err.Error())
-			return
-		}
-		s.posts++
-		kept, _, errs := addoncheck.ValidateOptions(s.schema, body.Options)
-		if s.refuse {
-			errs = append(errs, fmt.Errorf("refused by the test"))
-		}
-		if len(errs) > 0 {
-			s.answer(w, 400, nil, fmt.Sprintf("App rezuscloud has invalid options: %v", errs))
-			return
-		}
-		s.persist = kept
-		s.answer(w, 200, nil, "")
-	default:
-		s.answer(w, 404, nil, "not found")
-	}
-}
-
-// start is the Supervisor's write_options at an add-on start: the merged
-// options, validated (unknown ones dropped), written to options.json.
-func (s *standIn) start() string {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept, _, errs := addoncheck.ValidateOptions(s.schema, merge(s.defaults, s.persist))
-	if len(errs) > 0 {
-		s.t.Fatalf("the Supervisor would not start the add-on: %v", errs)
-	}
-	b, _ := json.Marshal(kept)
-	p := filepath.Join(s.t.TempDir(), "options.json")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		s.t.Fatal(err)
-	}
-	return p
-}
-
-// merge is deepmerge's Merger([(dict, ["merge"])], ["override"], ["override"]).
-func merge(base, next map[string]any) map[string]any {
-	out := deepCopy(base)
-	for k, v := range next {
-		if bm, ok := out[k].(map[string]any); ok {
-			if nm, ok := v.(map[string]any); ok {
-				out[k] = merge(bm, nm)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
+func client(s *supervisortest.Supervisor) Supervisor {
+	return Supervisor{URL: s.URL(), Token: supervisortest.Token, Client: s.Client()}
 }
 
 // flat010 is what a user of 0.1.0 had saved in the form: the Supervisor
@@ -180,19 +61,19 @@ func checkFlat010(t *testing.T, c Config) {
 // has them from /data/options.json with nothing left to move.
 func TestMigrateFromFlatOptions(t *testing.T) {
 	sup := newStandIn(t, flat010())
-	first := sup.start()
+	first := sup.Start()
 	b, _ := os.ReadFile(first)
 	if strings.Contains(string(b), "a-passphrase-of-the-user") || strings.Contains(string(b), "broker.lan") {
 		t.Fatalf("the stand-in keeps dropped options in options.json (the Supervisor does not): %s", b)
 	}
-	c, err := LoadAddon(context.Background(), first, sup.supervisor())
+	c, err := LoadAddon(context.Background(), first, client(sup))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkFlat010(t, c)
 	m := c.Migration
-	if !m.Saved || m.Err != nil || sup.posts != 1 {
-		t.Fatalf("migration = %+v, %d posts", m, sup.posts)
+	if !m.Saved || m.Err != nil || sup.Posts() != 1 {
+		t.Fatalf("migration = %+v, %d posts", m, sup.Posts())
 	}
 	if !slices.Contains(m.Moved, "state_passphrase → state.passphrase") || !slices.Contains(m.Moved, "mqtt_url → mqtt.url") ||
 		slices.ContainsFunc(m.Moved, func(s string) bool { return strings.HasPrefix(s, "oci_region") }) {
@@ -203,21 +84,21 @@ func TestMigrateFromFlatOptions(t *testing.T) {
 			t.Errorf("a value in the migration report: %q", s)
 		}
 	}
-	if _, flat := sup.persist["mqtt_url"]; flat {
-		t.Fatalf("the Supervisor still keeps flat options: %v", sup.persist)
+	if _, flat := sup.Persist()["mqtt_url"]; flat {
+		t.Fatalf("the Supervisor still keeps flat options: %v", sup.Persist())
 	}
 	if c.Addon.Slug != "a0d7b954_rezuscloud" || c.ConfigurationURL() != "homeassistant://config/app/a0d7b954_rezuscloud/info" {
 		t.Errorf("slug %q, url %q", c.Addon.Slug, c.ConfigurationURL())
 	}
 
 	// the next start: the sections are in /data/options.json
-	c2, err := LoadAddon(context.Background(), sup.start(), sup.supervisor())
+	c2, err := LoadAddon(context.Background(), sup.Start(), client(sup))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkFlat010(t, c2)
-	if len(c2.Migration.Moved) != 0 || c2.Migration.Saved || sup.posts != 1 {
-		t.Fatalf("second start migrated again: %+v, %d posts", c2.Migration, sup.posts)
+	if len(c2.Migration.Moved) != 0 || c2.Migration.Saved || sup.Posts() != 1 {
+		t.Fatalf("second start migrated again: %+v, %d posts", c2.Migration, sup.Posts())
 	}
 }
 
@@ -225,8 +106,8 @@ func TestMigrateFromFlatOptions(t *testing.T) {
 // options, this run still uses them and says why they were not saved.
 func TestMigrateRefused(t *testing.T) {
 	sup := newStandIn(t, flat010())
-	sup.refuse = true
-	c, err := LoadAddon(context.Background(), sup.start(), sup.supervisor())
+	sup.Refuse(true)
+	c, err := LoadAddon(context.Background(), sup.Start(), client(sup))
 	if err != nil {
 		t.Fatal(err)
 	}
