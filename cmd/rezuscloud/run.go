@@ -245,7 +245,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	go func() {
 		defer close(assistDone)
 		if err := pubs.assist.Run(assistCtx); err != nil {
-			log.Error("Assist exposure (assist_expose)", zap.Error(err))
+			log.Error("Assist exposure (assist.expose)", zap.Error(err))
 		}
 	}()
 	defer func() { stopAssist(); <-assistDone }()

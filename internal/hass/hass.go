@@ -402,7 +402,7 @@ func (b *Bridge) onInstance(payload []byte) {
 	}
 	b.mu.Unlock()
 	if logIt {
-		b.log.Error("another rezuscloud uses the same MQTT base topic: each instance needs its own base_topic, or they overwrite each other's devices",
+		b.log.Error("another rezuscloud uses the same MQTT base topic: each instance needs its own base topic (mqtt.base_topic), or they overwrite each other's devices",
 			zap.String("base", b.opts.BaseTopic), zap.String("other_instance", doc.ID), zap.String("this_instance", b.instance))
 	}
 	if answer {
