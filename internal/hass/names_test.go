@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rezuscloud/rezuscloud/internal/hass/hasstest"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
@@ -17,7 +18,7 @@ import (
 // collide with the device's name and with the entity's own words.
 func TestEntityNamesReadWell(t *testing.T) {
 	b := New(Options{URL: "tcp://127.0.0.1:1883", ConfigurationURL: "homeassistant://app/a0d7b954_rezuscloud"}, newFakeCmd(), nil)
-	odd := &tenant.Tenant{Name: "lab", DisplayName: "Lab", Provider: tenant.ProviderOCI,
+	odd := &tenant.Tenant{Name: "home", DisplayName: "Lab", Provider: tenant.ProviderOCI,
 		TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0",
 		NodeGroups: []tenant.NodeGroup{
 			{Name: "lab", Role: tenant.RoleControlPlane, Count: 1},
@@ -28,16 +29,26 @@ func TestEntityNamesReadWell(t *testing.T) {
 	mac := "aa:bb:cc:dd:ee:31"
 	b.mu.Lock()
 	b.machines = map[string]talos.Machine{"aabbccddee31": {MAC: mac, Model: "NUC12WSHi5"}}
-	var payloads [][]byte
-	payloads = append(payloads, b.discoveryPayload(kindBridge, ref{}, nil, nil),
-		b.discoveryPayload(kindMachine, ref{machine: "aabbccddee31"}, nil, nil))
+	payloads := map[string][]byte{}
+	add := func(k kind, r ref, tn *tenant.Tenant, n *tenant.Node) {
+		payloads[b.topics.discovery(k, r)] = b.discoveryPayload(k, r, tn, n)
+	}
+	add(kindBridge, ref{}, nil, nil)
+	add(kindMachine, ref{machine: "aabbccddee31"}, nil, nil)
 	for _, tn := range []*tenant.Tenant{labTenant(), cloudTenant("prod", 2), odd} {
-		payloads = append(payloads, b.discoveryPayload(kindTenant, ref{tenant: tn.Name}, tn, nil))
+		add(kindTenant, ref{tenant: tn.Name}, tn, nil)
 		for _, n := range tn.Nodes() {
-			payloads = append(payloads, b.discoveryPayload(kindNode, ref{tenant: tn.Name, node: n.Name}, tn, &n))
+			add(kindNode, ref{tenant: tn.Name, node: n.Name}, tn, &n)
 		}
 	}
 	b.mu.Unlock()
+
+	checker := hasstest.NewChecker() // Home Assistant's rules, configuration_url included
+	for topic, p := range payloads {
+		for _, err := range checker.Check(topic, p, true) {
+			t.Errorf("conformance: %v", err)
+		}
+	}
 
 	names := map[string]bool{}
 	for _, p := range payloads {
