@@ -50,7 +50,7 @@ build() {
     cp -f "$file" "$cached.tmp.$$" && mv -f "$cached.tmp.$$" "$cached"
   fi
   if [ ! -x "$cached" ]; then
-    echo "tools: building $name from source: $estimate on 2 cores the first time on this machine;"
+    echo "tools: building $name from source: $estimate on 2 shared cores, once per machine;"
     echo "tools:   later clones take it from $cache"
     start=$(date +%s)
     mkdir -p "$cache/$key"
@@ -72,7 +72,7 @@ for name in "${want[@]}"; do
   case $name in
     tofu)
       build tofu "$root/tools/tofu" github.com/opentofu/opentofu/cmd/tofu "$out/bin/tofu" \
-        "-s -w -X github.com/opentofu/opentofu/version.dev=no" "about 10 minutes"
+        "-s -w -X github.com/opentofu/opentofu/version.dev=no" "10 to 25 minutes (under a minute when Go's build cache has it)"
       TF_CLI_CONFIG_FILE=/dev/null "$out/bin/tofu" version | sed -n 1p ;;
     openstack)
       build openstack "$root/tools/openstack" github.com/terraform-provider-openstack/terraform-provider-openstack/v3 \
