@@ -7,12 +7,19 @@ LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/rezuscloud
 TOOLS    := .tools
 export REZUSCLOUD_TOFU        ?= $(CURDIR)/$(TOOLS)/bin/tofu
-export REZUSCLOUD_TOFURC     ?= $(CURDIR)/$(TOOLS)/tofurc
+export REZUSCLOUD_TOFURC      ?= $(CURDIR)/$(TOOLS)/tofurc
+export REZUSCLOUD_ACTIONLINT  ?= $(CURDIR)/$(TOOLS)/bin/actionlint
 # packages whose tests run under the race detector
 RACE_PKGS := ./internal/... ./cmd/...
 TEST_TIMEOUT ?= 40m
+# tests marked t.Parallel() in one package that run at once: most of their
+# time is waiting for tofu, brokers and simulated boots, not CPU
+TEST_PARALLEL ?= 4
+# Debian packages the tests use: the tests' own brokers, mosquitto_sub to
+# record what they publish, shellcheck for the workflows' run: scripts, gcc
+# for the race detector (cgo)
 
-.PHONY: all build build-demo tools test bench lint demo mosquitto pxe-deps chromium fuzz clean
+.PHONY: all build build-demo tools test bench lint demo packages mosquitto pxe-deps chromium fuzz clean
 
 all: build
 
@@ -25,19 +32,29 @@ build:
 build-demo:
 	$(GO) build -tags demo -ldflags "$(LDFLAGS)" -o $(BIN)-demo ./cmd/rezuscloud
 
-# tofu v1.12.6 and terraform-provider-openstack v3.4.0 (a filesystem mirror),
-# and the Kubernetes test peers kube-apiserver and kube-scheduler v1.37.2 and
-# etcd v3.7.3, built from the pinned wrapper modules under tools/ into
-# .tools/; a no-op when they are current.
+# tofu v1.12.6, terraform-provider-openstack v3.4.0, actionlint v1.7.12 and
+# the Kubernetes test peers (kube-apiserver, kube-scheduler v1.37.2, etcd
+# v3.7.3), built from the pinned wrapper modules under tools/ into .tools/
+# (tofu's providers as a filesystem mirror), through a build cache that every
+# clone on this machine shares; a no-op when they are current.
 tools:
 	./tools/build.sh
 
-# mosquitto (the tests' own brokers) and mosquitto-clients (the end-to-end
-# tests record every message with mosquitto_sub), from Debian's packages.
-mosquitto:
-	@{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } && command -v mosquitto_sub >/dev/null 2>&1 || \
-	  { echo "installing mosquitto and mosquitto-clients"; apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto mosquitto-clients; }
+# The Debian packages make test needs that are missing (installing them
+# needs root).
+packages:
+	@missing=""; \
+	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
+	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
+	command -v shellcheck >/dev/null 2>&1 || missing="$$missing shellcheck"; \
+	command -v "$$($(GO) env CC)" >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make test needs$$missing: run as root, or: sudo apt-get install$$missing"; exit 1; fi; \
+	  echo "installing$$missing (Debian packages)"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+mosquitto: packages
 
 # The network-boot and IPMI tests' real peers, from Debian's packages:
 # dnsmasq (the LAN's DHCP server), QEMU with its iPXE ROMs and OVMF (the
@@ -59,12 +76,12 @@ chromium:
 	  { echo "installing chromium"; apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-test: mosquitto pxe-deps chromium tools
+test: packages pxe-deps chromium tools
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/...
-	$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	$(GO) test -race -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) $(RACE_PKGS)
 
-bench: mosquitto pxe-deps chromium tools
+bench: packages pxe-deps chromium tools
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 fuzz:
@@ -75,7 +92,10 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-demo: build-demo tools
+# The demo needs the demo's binary and tofu only (the OpenStack demo, started
+# by hand with --provider openstack, also needs make tools).
+demo: build-demo
+	./tools/build.sh tofu
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" ./$(BIN)-demo demo
 
 clean:

@@ -28,6 +28,8 @@ Usage:
   rezuscloud render   --tenant FILE --out DIR    write main.tf.json and Talos configs
   rezuscloud backup-pre [--config FILE]          fresh etcd snapshots before a Home Assistant backup (always exits 0)
   rezuscloud version
+
+"rezuscloud COMMAND -h" lists the flags of a command.
 `
 
 func main() {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,6 +80,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	defer log.Sync()
 	log.Redactor.Add(cfg.Secrets()...)
 
+	logStartup(log.Logger, cfg)
 	for _, d := range []string{cfg.DataDir, cfg.TenantsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", d, err)
@@ -90,8 +92,31 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	}
 	log.Redactor.Add(pass.Reveal())
 	if created {
-		log.Warn("generated a state passphrase: back it up, without it no OpenTofu state can be read",
+		log.Warn("generated a state passphrase: keep a copy, without it no OpenTofu state can be read",
 			zap.String("file", filepath.Join(cfg.DataDir, config.PassphraseFile)))
+	}
+	var problems []string
+	if h, err := config.HandOverPassphrase(cfg, pass); err != nil {
+		log.Error("the generated state passphrase could not be handed over", zap.Error(err))
+	} else {
+		if h.Wrote != "" {
+			log.Warn("a copy of the generated state passphrase is in the add-on's config folder: put it into your password manager and the state.passphrase option, then delete the file",
+				zap.String("file", h.Wrote))
+		}
+		if h.Removed != "" {
+			log.Info("the state.passphrase option holds the generated passphrase: its copy was removed", zap.String("file", h.Removed))
+		}
+		if h.Problem != "" {
+			problems = append(problems, h.Problem)
+		}
+	}
+	if cfg.ConfigDir != "" { // add-on mode: a first cluster without typing TOML
+		store := &tenant.Store{Dir: cfg.TenantsDir}
+		if p, err := store.WriteExample(filepath.Join(cfg.DataDir, "example-tenant-written")); err != nil {
+			log.Warn("the example tenant file was not written", zap.Error(err))
+		} else if p != "" {
+			log.Info("wrote an example tenant: edit its addresses and rename it to <name>.toml", zap.String("file", p))
+		}
 	}
 
 	runner, err := tofu.New(tofu.Config{
@@ -108,9 +133,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	if err != nil {
 		return err
 	}
-	var problem string
 	if err := runner.Problem(); err != nil {
-		problem = fmt.Sprintf("OpenTofu cannot run, so no cluster can be planned or applied: %v", err)
+		problems = append([]string{fmt.Sprintf("OpenTofu cannot run, so no cluster can be planned or applied: %v", err)}, problems...)
 		log.Error("tofu is missing: rezuscloud runs, but every plan and apply fails until it is installed", zap.Error(err))
 	}
 	defer runner.Close(context.Background())
@@ -159,8 +183,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		BaseTopic:       cfg.MQTT.BaseTopic,
 		Version:         version,
 		LogLevel:        cfg.LogLevel,
-		// "Visit" on a device page opens the panel
-		ConfigurationURL: panelURL(cfg, os.Getenv("HOSTNAME")),
+		// the device page's "Visit": the add-on in Home Assistant, or the docs
+		ConfigurationURL: cfg.ConfigurationURL(),
 		// after a power cut the broker may come up long after us: keep
 		// trying (each failure is logged) until stopped
 		ConnectTimeout: 365 * 24 * time.Hour,
@@ -177,7 +201,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	pubs.assist = wsapi.NewAssist(haClient, wsapi.AssistOptions{Enabled: cfg.HomeAssistant.AssistExpose,
 		StateFile: filepath.Join(cfg.DataDir, "assist.json")}, log.Named("assist"))
 	pubs.baseTopic = cfg.MQTT.BaseTopic
-	bridge.SetBridgeProblem(problem)
+	bridge.SetBridgeProblem(strings.Join(problems, " "))
 	if haClient != nil { // set before the engine runs: it publishes through it
 		pubs.link = wsapi.NewLink(haClient, func(ctx context.Context, data json.RawMessage) command.Response {
 			return bridge.HandleEvent(ctx, data)
@@ -231,7 +255,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	go func() {
 		defer close(assistDone)
 		if err := pubs.assist.Run(assistCtx); err != nil {
-			log.Error("Assist exposure (assist_expose)", zap.Error(err))
+			log.Error("Assist exposure (assist.expose)", zap.Error(err))
 		}
 	}()
 	defer func() { stopAssist(); <-assistDone }()
@@ -272,6 +296,22 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		<-wsDone
 	}
 	return err
+}
+
+// logStartup says what start-up learned about the add-on options: the
+// one-time move of the flat options of 0.1.0 into sections (option names
+// only, never values) and a Supervisor that could not be asked.
+func logStartup(log *zap.Logger, cfg config.Config) {
+	if m := cfg.Migration; len(m.Moved) > 0 {
+		log.Info("add-on options moved from the flat layout of 0.1.0 into their sections", zap.Strings("moved", m.Moved), zap.Bool("saved", m.Saved))
+		if m.Err != nil {
+			log.Warn("the moved options could not be saved in the Supervisor: they apply to this run; open the Configuration tab and save the form once", zap.Error(m.Err))
+		}
+	}
+	if cfg.AddonMode && cfg.Addon.InfoErr != nil {
+		log.Warn("could not ask the Supervisor about this add-on (its slug is taken from the host name, flat options of 0.1.0 kept by the Supervisor are not moved)",
+			zap.Error(cfg.Addon.InfoErr), zap.String("slug", cfg.Addon.Slug))
+	}
 }
 
 // fanout hands the engine's state to the bridge and the WebSocket link.

@@ -26,7 +26,8 @@ func TestValidate(t *testing.T) {
 	if code != 1 || strings.Count(out, "\n") != 3 {
 		t.Fatalf("broken file: exit %d, out:\n%s", code, out)
 	}
-	for _, want := range []string{"broken.toml:8:1: node_groups[0].count", "broken.toml:19:1: node_groups[1].cuont: unknown key", "broken.toml:22:3: node_groups[1].machines[0].address"} {
+	// file:line:col (the contract), then the place in the file's own words
+	for _, want := range []string{`broken.toml:8:1: group "cp": count`, `broken.toml:19:1: group "workers": cuont: unknown key`, `broken.toml:22:3: group "workers", machine 192.168.1.21: address`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
@@ -43,7 +44,7 @@ func TestValidate(t *testing.T) {
 	other := filepath.Join(dir, "other.toml")
 	os.WriteFile(other, src, 0o644)
 	code, out, _ = runCLI(t, "validate", good, other)
-	if code != 1 || !strings.Contains(out, `other.toml:14:3: node_groups[0].machines[0].address: 192.168.1.21 is already a machine of tenant "lab"`) {
+	if code != 1 || !strings.Contains(out, `other.toml:14:3: group "cp", machine 192.168.1.21: address: 192.168.1.21 is already a machine of tenant "lab"`) {
 		t.Fatalf("shared address: exit %d, out:\n%s", code, out)
 	}
 	if code, _, errs := runCLI(t, "validate", filepath.Join(dir, "missing.toml")); code != 1 {

@@ -51,6 +51,9 @@ func CheckDir(dir string) (errs, warnings []error) {
 	if len(trs) > 0 && !hasEN {
 		errs = append(errs, errors.New("translations/en.yaml: missing (the fallback language)"))
 	}
+	if en, err := os.ReadFile(filepath.Join(dir, "translations", "en.yaml")); err == nil {
+		errs = append(errs, checkClearable(man.Schema, en)...)
+	}
 	errs = append(errs, checkImage1(dir, "icon.png", func(w, h int) string {
 		if w != h || w < 64 || w > 512 {
 			return fmt.Sprintf("is %d×%d; the store wants a square icon of about 128×128", w, h)
@@ -127,4 +130,30 @@ func legacyMaps(b []byte) []error {
 		}
 	}
 	return out
+}
+
+// checkClearable: an optional field must accept "" (a user who clears it
+// in YAML mode, or a script through the API, sends "", and the Supervisor
+// refuses to save what does not fit), unless its description tells how to
+// clear it there (a passphrase with a minimum length cannot accept "").
+func checkClearable(schema map[string]*yaml.Node, en []byte) []error {
+	var tr yaml.Node
+	if yaml.Unmarshal(en, &tr) != nil || len(tr.Content) == 0 {
+		return nil // CheckTranslations reports it
+	}
+	var errs []error
+	for _, path := range EmptyRefused(schema) {
+		n := get(tr.Content[0], "configuration")
+		for i, k := range strings.Split(path, ".") {
+			if i > 0 {
+				n = get(n, "fields")
+			}
+			n = get(n, k)
+		}
+		if d := get(n, "description"); d != nil && strings.Contains(d.Value, "YAML") {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("config.yaml: schema.%s: optional, but its type refuses \"\": a user who clears it in YAML mode cannot save; accept the empty string (e.g. match(^(?:…)?$)?) or say in its description how to clear it in YAML mode", path))
+	}
+	return errs
 }

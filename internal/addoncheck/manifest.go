@@ -419,12 +419,37 @@ func checkOptions(r *report, opts, schema *yaml.Node) (map[string]*yaml.Node, ma
 		validateValue(r, el, v, "options."+k)
 	}
 	for _, k := range sortedKeys(elems) {
-		el := elems[k]
-		if _, ok := options[k]; !ok && isStr(el) && !strings.HasSuffix(el.Value, "?") {
-			r.add(el, "schema."+k, "is mandatory (no ?) but has no default in options: the add-on would not start")
-		}
+		checkDefault(r, elems[k], options[k], k)
 	}
 	return options, elems
+}
+
+// checkDefault checks that a mandatory option (no ?) and every section
+// (a mapping) has a default, down into the sections: the Supervisor
+// refuses to start an add-on with a missing option ("Missing option … in
+// root"), and a section the defaults leave out is missing until the user
+// saves the form. def is the default, nil when there is none.
+func checkDefault(r *report, el, def *yaml.Node, path string) {
+	switch {
+	case el.Kind == yaml.MappingNode:
+		if def == nil {
+			r.add(el, "schema."+path, "is a section without a default: give it one in options (at least {}), or the add-on does not start")
+			return
+		}
+		if def.Kind != yaml.MappingNode {
+			return // reported by validateValue
+		}
+		for _, p := range pairs(el) {
+			checkDefault(r, p[1], get(def, p[0].Value), join(path, p[0].Value))
+		}
+	case def == nil && el.Kind == yaml.SequenceNode && len(el.Content) == 1 &&
+		!(isStr(deref(el.Content[0])) && strings.HasSuffix(deref(el.Content[0]).Value, "?")):
+		r.add(el, "schema."+path, "is a mandatory list but has no default in options (at least []): the add-on would not start")
+	case def == nil && isStr(el) && !strings.HasSuffix(el.Value, "?"):
+		r.add(el, "schema."+path, "is mandatory (no ?) but has no default in options: the add-on would not start")
+	case def != nil && isStr(el) && strings.HasSuffix(el.Value, "?") && strings.Contains(path, "."):
+		r.add(def, "options."+path, "has a default but its schema %q is optional: drop the default or the ?", el.Value)
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

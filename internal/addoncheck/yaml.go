@@ -5,7 +5,11 @@
 // allowed values, option defaults valid against their schema, a translation
 // for every option, no unknown keys), the icon and logo, and automation
 // blueprints (a blueprint block, known selectors, every !input declared,
-// every entity an input).
+// every entity an input). ValidateOptions transcribes the Supervisor's
+// validation of options (what it keeps, drops and refuses), for the manifest
+// check and for the stand-in Supervisor of the tests; the package's tests
+// also lint the GitHub workflows (actionlint) and check the image workflow
+// against config.yaml.
 //
 // The rules are transcribed from the Supervisor's supervisor/apps/validate.py,
 // apps/options.py and store/validate.py (commit 090ef31, August 2026) and

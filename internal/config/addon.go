@@ -6,53 +6,116 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
-	"time"
+
+	"os"
+	"strings"
 
 	"github.com/rezuscloud/rezuscloud/internal/safefile"
 )
 
 // Options are the add-on options a user sets in Home Assistant's UI, as the
-// Supervisor writes them to /data/options.json. The json names are the keys
-// of config.yaml's options and schema and of translations/en.yaml; a test
-// keeps the four in step.
+// Supervisor writes them to /data/options.json: three top-level keys and
+// one section per TOML table (docs/design.md §11.8). The json names are
+// the keys of config.yaml's options and schema and of translations/en.yaml
+// (configuration.<section>.fields.<field>); a test keeps them in step.
+//
+// A new section is a field here, a type below, a line in apply, its schema
+// and default ({} at least) in config.yaml and its translations.
 type Options struct {
 	LogLevel        string `json:"log_level"`
 	TenantsDir      string `json:"tenants_dir"`
-	MQTTURL         string `json:"mqtt_url"`
-	MQTTUsername    string `json:"mqtt_username"`
-	MQTTPassword    Secret `json:"mqtt_password"`
+	ParallelApplies int    `json:"parallel_applies"`
+
+	MQTT      MQTTOptions      `json:"mqtt"`
+	State     StateOptions     `json:"state"`
+	OCI       OCIOptions       `json:"oci"`
+	OpenStack OpenStackOptions `json:"openstack"`
+	Redfish   LoginOptions     `json:"redfish"`
+	Discovery DiscoveryOptions `json:"discovery"`
+	Assist    AssistOptions    `json:"assist"`
+	IPMI      LoginOptions     `json:"ipmi"`
+	Pool      PoolOptions      `json:"pool"`
+	PXE       PXEOptions       `json:"pxe"`
+	MCP       MCPOptions       `json:"mcp"`
+}
+
+// PoolOptions are the entities the worker pools read (TOML [pool]).
+type PoolOptions struct {
+	PriceEntity   string `json:"price_entity"`
+	BatteryEntity string `json:"battery_entity"`
+}
+
+// PXEOptions is the network-boot responder (TOML [pxe]).
+type PXEOptions struct {
+	Enabled   bool     `json:"enabled"`
+	Interface string   `json:"interface"`
+	HTTPPort  int      `json:"http_port"`
+	Window    string   `json:"window"`
+	Arch      []string `json:"arch"`
+}
+
+// MCPOptions is the MCP server for AI assistants (TOML [mcp]).
+type MCPOptions struct {
+	Enabled bool   `json:"enabled"`
+	Port    int    `json:"port"`
+	Token   Secret `json:"token"`
+	Writes  bool   `json:"writes"`
+}
+
+// MQTTOptions is the broker; an empty URL means the one the Supervisor
+// provides (the Mosquitto broker app).
+type MQTTOptions struct {
+	URL             string `json:"url"`
+	Username        string `json:"username"`
+	Password        Secret `json:"password"`
 	DiscoveryPrefix string `json:"discovery_prefix"`
 	BaseTopic       string `json:"base_topic"`
-	ParallelApplies int    `json:"parallel_applies"`
-	StatePassphrase Secret `json:"state_passphrase"`
-	AssistExpose    bool   `json:"assist_expose"`
+}
 
-	DiscoveryCIDRs    []string `json:"discovery_cidrs"`
-	DiscoveryInterval string   `json:"discovery_interval"`
-	RedfishUsername   string   `json:"redfish_username"`
-	RedfishPassword   Secret   `json:"redfish_password"`
+// StateOptions is where the OpenTofu state lives and how it is encrypted.
+type StateOptions struct {
+	Passphrase Secret `json:"passphrase"`
+}
 
-	OCITenancyOCID string `json:"oci_tenancy_ocid"`
-	OCIUserOCID    string `json:"oci_user_ocid"`
-	OCIFingerprint string `json:"oci_fingerprint"`
-	OCIPrivateKey  Secret `json:"oci_private_key"`
-	OCIRegion      string `json:"oci_region"`
-
-	// OCIPrivateKeyFile is a PEM file under /config or /share, the way to
+// OCIOptions is an Oracle Cloud API signing key.
+type OCIOptions struct {
+	TenancyOCID string `json:"tenancy_ocid"`
+	UserOCID    string `json:"user_ocid"`
+	Fingerprint string `json:"fingerprint"`
+	PrivateKey  Secret `json:"private_key"`
+	// PrivateKeyFile is a PEM file under /config or /share, the way to
 	// give a multi-line key without the options form flattening it.
-	OCIPrivateKeyFile string `json:"oci_private_key_file"`
+	PrivateKeyFile string `json:"private_key_file"`
+	Region         string `json:"region"`
+}
 
-	OpenStackAuthURL           string `json:"openstack_auth_url"`
-	OpenStackUsername          string `json:"openstack_username"`
-	OpenStackPassword          Secret `json:"openstack_password"`
-	OpenStackProjectName       string `json:"openstack_project_name"`
-	OpenStackUserDomainName    string `json:"openstack_user_domain_name"`
-	OpenStackProjectDomainName string `json:"openstack_project_domain_name"`
-	OpenStackRegion            string `json:"openstack_region"`
+// OpenStackOptions is a Keystone password login.
+type OpenStackOptions struct {
+	AuthURL           string `json:"auth_url"`
+	Username          string `json:"username"`
+	Password          Secret `json:"password"`
+	ProjectName       string `json:"project_name"`
+	UserDomainName    string `json:"user_domain_name"`
+	ProjectDomainName string `json:"project_domain_name"`
+	Region            string `json:"region"`
+}
+
+// LoginOptions is a user name and password (the BMCs' Redfish login).
+type LoginOptions struct {
+	Username string `json:"username"`
+	Password Secret `json:"password"`
+}
+
+// DiscoveryOptions is where and how often to look for Talos machines.
+type DiscoveryOptions struct {
+	CIDRs    []string `json:"cidrs"`
+	Interval string   `json:"interval"`
+}
+
+// AssistOptions is what the voice assistant may see.
+type AssistOptions struct {
+	Expose  bool `json:"expose"`
+	Scripts bool `json:"scripts"`
 }
 
 // UnmarshalJSON reads a secret from options.json.
@@ -65,50 +128,77 @@ func (s *Secret) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Supervisor is how add-on mode reaches Home Assistant's Supervisor.
-type Supervisor struct {
-	URL    string // http://supervisor
-	Token  Secret // SUPERVISOR_TOKEN
-	Client *http.Client
-}
-
 // Addon paths and the Supervisor's address inside an add-on container.
 const (
 	OptionsPath   = "/data/options.json"
 	SupervisorURL = "http://supervisor"
+	// ConfigDir is the add-on's own config folder (map: addon_config),
+	// which the user reaches through the Samba share app_configs or a file
+	// editor app.
+	ConfigDir = "/config"
 )
 
-// LoadAddon builds the configuration from the add-on options file. When no
-// MQTT URL is set there, it asks the Supervisor for the broker it runs.
+// LoadAddon builds the configuration from the add-on options file. Options
+// still in the flat layout of 0.1.0, in the file or in what the Supervisor
+// keeps (which it no longer writes to the file once the schema has
+// sections), are moved into their sections and saved back through the
+// Supervisor (cfg.Migration says what happened). When no MQTT URL is set,
+// it asks the Supervisor for the broker it runs.
 func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config, error) {
 	cfg := Default()
 	cfg.AddonMode = true
 	cfg.Panel = AddonPanel
+	cfg.ConfigDir = ConfigDir
 	data, err := safefile.Read(optionsPath, maxConfigFile)
 	if err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)
 	}
-	var o Options
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
+	var current map[string]any
+	if err := json.Unmarshal(data, &current); err != nil {
+		return cfg, fmt.Errorf("add-on options %s: %w", optionsPath, err)
+	}
+	var stored map[string]any
+	if sup.Token != "" {
+		info, err := sup.SelfInfo(ctx)
+		if err != nil {
+			cfg.Addon.InfoErr = err
+		} else {
+			cfg.Addon.Slug, cfg.Addon.Ingress, stored = info.Slug, info.Ingress, info.Options
+		}
+	}
+	if cfg.Addon.Slug == "" {
+		cfg.Addon.Slug = slugFromHostname(os.Getenv("HOSTNAME"))
+	}
+	migrated, moved, found := MigrateFlat(current, stored)
+	cfg.Migration.Moved = moved
+	if found[sourceStored] {
+		// once saved, the Supervisor keeps the sections and the next start
+		// finds nothing to move
+		if err := sup.SaveOptions(ctx, migrated); err != nil {
+			cfg.Migration.Err = err
+		} else {
+			cfg.Migration.Saved = true
+		}
+	}
+	o, err := decodeOptions(migrated)
+	if err != nil {
 		return cfg, fmt.Errorf("add-on options %s: %w", optionsPath, err)
 	}
 	o.apply(&cfg)
-	if o.OCIPrivateKeyFile != "" {
-		if o.OCIPrivateKey != "" {
-			return cfg, errors.New("add-on options: set oci_private_key or oci_private_key_file, not both")
+	if o.OCI.PrivateKeyFile != "" {
+		if o.OCI.PrivateKey != "" {
+			return cfg, errors.New("add-on options: set oci.private_key or oci.private_key_file, not both")
 		}
-		k, err := readKeyFile(o.OCIPrivateKeyFile, ociKeyDirs)
+		k, err := readKeyFile(o.OCI.PrivateKeyFile, ociKeyDirs)
 		if err != nil {
-			return cfg, fmt.Errorf("add-on options: oci_private_key_file: %w", err)
+			return cfg, fmt.Errorf("add-on options: oci.private_key_file: %w", err)
 		}
 		cfg.Credentials.OCI.PrivateKey = k
 	}
-	if o.MQTTURL == "" {
+	if o.MQTT.URL == "" {
 		svc, err := sup.MQTT(ctx)
 		if err != nil {
-			return cfg, fmt.Errorf("add-on options: no mqtt_url set, and %w", err)
+			return cfg, fmt.Errorf("add-on options: no mqtt.url set, and %w", err)
 		}
 		cfg.MQTT.URL, cfg.MQTT.Username, cfg.MQTT.Password = svc.URL, svc.Username, svc.Password
 	}
@@ -116,11 +206,27 @@ func LoadAddon(ctx context.Context, optionsPath string, sup Supervisor) (Config,
 	if sup.Token == "" {
 		cfg.HomeAssistant = HomeAssistant{}
 	}
-	cfg.HomeAssistant.AssistExpose = o.AssistExpose
-	if err := cfg.Validate(); err != nil {
+	cfg.HomeAssistant.AssistExpose = o.Assist.Expose
+	if err := cfg.validate(optionName); err != nil {
 		return cfg, fmt.Errorf("add-on options: %w", err)
 	}
 	return cfg, nil
+}
+
+// decodeOptions decodes the options strictly: a key the Options do not
+// know means config.yaml and this code disagree.
+func decodeOptions(m map[string]any) (Options, error) {
+	var o Options
+	b, err := json.Marshal(m)
+	if err != nil {
+		return o, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return o, err
+	}
+	return o, nil
 }
 
 func (o Options) apply(c *Config) {
@@ -131,118 +237,86 @@ func (o Options) apply(c *Config) {
 	}
 	set(&c.LogLevel, o.LogLevel)
 	set(&c.TenantsDir, o.TenantsDir)
-	set(&c.MQTT.URL, o.MQTTURL)
-	set(&c.MQTT.Username, o.MQTTUsername)
-	c.MQTT.Password = o.MQTTPassword
-	set(&c.MQTT.DiscoveryPrefix, o.DiscoveryPrefix)
-	set(&c.MQTT.BaseTopic, o.BaseTopic)
 	if o.ParallelApplies != 0 {
 		c.Tofu.ParallelApplies = o.ParallelApplies
 	}
-	c.Tofu.StatePassphrase = o.StatePassphrase
-	c.Discovery.CIDRs = o.DiscoveryCIDRs
-	set(&c.Discovery.Interval, o.DiscoveryInterval)
-	c.Credentials.Redfish = RedfishCredentials{Username: o.RedfishUsername, Password: o.RedfishPassword}
-	c.Credentials.OCI = OCICredentials{TenancyOCID: o.OCITenancyOCID, UserOCID: o.OCIUserOCID,
-		Fingerprint: o.OCIFingerprint, PrivateKey: o.OCIPrivateKey, Region: o.OCIRegion}
-	os := &c.Credentials.OpenStack
-	set(&os.AuthURL, o.OpenStackAuthURL)
-	set(&os.Username, o.OpenStackUsername)
-	os.Password = o.OpenStackPassword
-	set(&os.ProjectName, o.OpenStackProjectName)
-	set(&os.UserDomainName, o.OpenStackUserDomainName)
-	set(&os.ProjectDomainName, o.OpenStackProjectDomainName)
-	set(&os.Region, o.OpenStackRegion)
+	m := o.MQTT
+	set(&c.MQTT.URL, m.URL)
+	set(&c.MQTT.Username, m.Username)
+	c.MQTT.Password = m.Password
+	set(&c.MQTT.DiscoveryPrefix, m.DiscoveryPrefix)
+	set(&c.MQTT.BaseTopic, m.BaseTopic)
+	c.Tofu.StatePassphrase = o.State.Passphrase
+	c.Discovery.CIDRs = nonEmpty(o.Discovery.CIDRs)
+	set(&c.Discovery.Interval, o.Discovery.Interval)
+	c.Credentials.Redfish = RedfishCredentials{Username: o.Redfish.Username, Password: o.Redfish.Password}
+	oci := o.OCI
+	c.Credentials.OCI = OCICredentials{TenancyOCID: oci.TenancyOCID, UserOCID: oci.UserOCID,
+		Fingerprint: oci.Fingerprint, PrivateKey: oci.PrivateKey, Region: oci.Region}
+	os, in := &c.Credentials.OpenStack, o.OpenStack
+	set(&os.AuthURL, in.AuthURL)
+	set(&os.Username, in.Username)
+	os.Password = in.Password
+	set(&os.ProjectName, in.ProjectName)
+	set(&os.UserDomainName, in.UserDomainName)
+	set(&os.ProjectDomainName, in.ProjectDomainName)
+	set(&os.Region, in.Region)
+	c.Credentials.IPMI = IPMICredentials{Username: o.IPMI.Username, Password: o.IPMI.Password}
+	c.Pool = Pool{PriceEntity: o.Pool.PriceEntity, BatteryEntity: o.Pool.BatteryEntity}
+	c.PXE.Enabled = o.PXE.Enabled
+	set(&c.PXE.Interface, o.PXE.Interface)
+	if o.PXE.HTTPPort != 0 {
+		c.PXE.HTTPPort = o.PXE.HTTPPort
+	}
+	set(&c.PXE.Window, o.PXE.Window)
+	if a := nonEmpty(o.PXE.Arch); len(a) > 0 {
+		c.PXE.Arch = a
+	}
+	c.MCP.Enabled, c.MCP.Writes, c.MCP.Token = o.MCP.Enabled, o.MCP.Writes, o.MCP.Token
+	if o.MCP.Port != 0 {
+		c.MCP.Port = o.MCP.Port
+	}
+	c.HomeAssistant.AssistScripts = o.Assist.Scripts
 }
 
-// MQTTService is the broker the Supervisor's MQTT service describes.
-type MQTTService struct {
-	URL      string
-	Username string
-	Password Secret
-}
-
-// MQTT asks the Supervisor for the MQTT service
-// (GET /services/mqtt, documented answer
-// {"result":"ok","data":{"host","port","ssl","username","password"}}; port
-// may be a string or a number).
-func (s Supervisor) MQTT(ctx context.Context) (MQTTService, error) {
-	if s.Token == "" {
-		return MQTTService{}, fmt.Errorf("SUPERVISOR_TOKEN is not set (is this running as an add-on with services: mqtt:need?)")
-	}
-	client := s.Client
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/services/mqtt", nil)
-	if err != nil {
-		return MQTTService{}, fmt.Errorf("supervisor: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token.Reveal())
-	resp, err := client.Do(req)
-	if err != nil {
-		return MQTTService{}, fmt.Errorf("supervisor: MQTT service: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return MQTTService{}, fmt.Errorf("supervisor: MQTT service: %w", err)
-	}
-	var ans struct {
-		Result  string `json:"result"`
-		Message string `json:"message"`
-		Data    struct {
-			Host     string          `json:"host"`
-			Port     json.RawMessage `json:"port"`
-			SSL      bool            `json:"ssl"`
-			Username string          `json:"username"`
-			Password Secret          `json:"password"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &ans); err != nil {
-		return MQTTService{}, fmt.Errorf("supervisor: MQTT service: HTTP %d, unreadable answer", resp.StatusCode)
-	}
-	if resp.StatusCode != http.StatusOK || ans.Result != "ok" {
-		msg := ans.Message
-		if msg == "" {
-			msg = http.StatusText(resp.StatusCode)
+// nonEmpty drops empty items (a list field the form left with a blank row).
+func nonEmpty(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
 		}
-		return MQTTService{}, fmt.Errorf("supervisor: MQTT service: %s (HTTP %d); is the Mosquitto broker add-on installed?", msg, resp.StatusCode)
 	}
-	port, err := parsePort(ans.Data.Port)
-	if err != nil || ans.Data.Host == "" {
-		return MQTTService{}, fmt.Errorf("supervisor: MQTT service: incomplete answer (host %q, port %s)", ans.Data.Host, ans.Data.Port)
-	}
-	scheme := "tcp"
-	if ans.Data.SSL {
-		scheme = "ssl"
-	}
-	return MQTTService{
-		URL:      scheme + "://" + net.JoinHostPort(ans.Data.Host, strconv.Itoa(port)),
-		Username: ans.Data.Username,
-		Password: ans.Data.Password,
-	}, nil
+	return out
 }
 
-func parsePort(raw json.RawMessage) (int, error) {
-	var n int
-	if err := json.Unmarshal(raw, &n); err == nil {
-		return n, checkPort(n)
+// optionName is the add-on option of a configuration key, so that an error
+// names the field of the form the user can change.
+func optionName(key string) string {
+	if o, ok := optionOfKey[key]; ok {
+		return o
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return 0, fmt.Errorf("port %s", raw)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("port %q", s)
-	}
-	return n, checkPort(n)
+	return key
 }
 
-func checkPort(n int) error {
-	if n < 1 || n > 65535 {
-		return fmt.Errorf("port %d out of range", n)
+var optionOfKey = map[string]string{
+	"tofu.parallel_applies":                     "parallel_applies",
+	"tofu.state_passphrase":                     "state.passphrase",
+	"homeassistant.assist_expose":               "assist.expose",
+	"credentials.oci.private_key":               "oci.private_key",
+	"credentials.openstack.auth_url":            "openstack.auth_url",
+	"credentials.openstack.user_domain_name":    "openstack.user_domain_name",
+	"credentials.openstack.project_domain_name": "openstack.project_domain_name",
+}
+
+// slugFromHostname derives the add-on's slug from its container's host
+// name, which the Supervisor sets to the slug with '-' for '_'
+// (a0d7b954_rezuscloud runs as a0d7b954-rezuscloud): the fallback when
+// /addons/self/info cannot be read.
+func slugFromHostname(h string) string {
+	const own = "rezuscloud"
+	if repo, ok := strings.CutSuffix(h, "-"+own); ok && repo != "" && !strings.ContainsAny(repo, "-_.") {
+		return repo + "_" + own
 	}
-	return nil
+	return ""
 }

@@ -45,11 +45,12 @@ func TestAssistExposeAddon(t *testing.T) {
 		token         Secret
 		want          bool
 	}{
-		{"default off", `{"mqtt_url":"tcp://127.0.0.1:1884"}`, "sup-token", false},
-		{"on", `{"mqtt_url":"tcp://127.0.0.1:1884","assist_expose":true}`, "sup-token", true},
+		{"default off", `{"mqtt":{"url":"tcp://127.0.0.1:1884"}}`, "sup-token", false},
+		{"on", `{"mqtt":{"url":"tcp://127.0.0.1:1884"},"assist":{"expose":true}}`, "sup-token", true},
+		{"on, flat (0.1.0)", `{"mqtt_url":"tcp://127.0.0.1:1884","assist_expose":true}`, "", true},
 		// kept without a Supervisor token too: the link is off then, but
 		// the choice is still the user's
-		{"on without token", `{"mqtt_url":"tcp://127.0.0.1:1884","assist_expose":true}`, "", true},
+		{"on without token", `{"mqtt":{"url":"tcp://127.0.0.1:1884"},"assist":{"expose":true}}`, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,8 +64,8 @@ func TestAssistExposeAddon(t *testing.T) {
 		})
 	}
 	if _, err := LoadAddon(context.Background(), writeFile(t, "options.json",
-		`{"mqtt_url":"tcp://127.0.0.1:1884","assist_expose":"yes"}`), Supervisor{}); err == nil ||
-		!strings.Contains(err.Error(), "assist_expose") {
+		`{"mqtt":{"url":"tcp://127.0.0.1:1884"},"assist":{"expose":"yes"}}`), Supervisor{}); err == nil ||
+		!strings.Contains(err.Error(), "expose") {
 		t.Errorf("a string for assist_expose: %v", err)
 	}
 }

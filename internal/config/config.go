@@ -74,6 +74,13 @@ type Config struct {
 
 	// AddonMode is true when the configuration came from the Supervisor.
 	AddonMode bool `toml:"-"`
+	// ConfigDir is the folder the user can open (the add-on's config
+	// folder in add-on mode); "" when there is none besides DataDir.
+	ConfigDir string `toml:"-"`
+	// Addon is what the Supervisor said about this add-on.
+	Addon AddonInfo `toml:"-"`
+	// Migration is what LoadAddon moved out of the flat options of 0.1.0.
+	Migration Migration `toml:"-"`
 }
 
 // MQTT is the broker connection.
@@ -337,10 +344,14 @@ func LoadFile(path string) (Config, error) {
 }
 
 // Validate checks every key; all problems are reported at once.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(func(k string) string { return k }) }
+
+// validate is Validate with the keys named by name (add-on mode names the
+// options of the form instead of the TOML keys).
+func (c *Config) validate(name func(string) string) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%s: %s", name(key), fmt.Sprintf(format, args...)))
 	}
 	if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
 		bad("data_dir", "%q must be an absolute path", c.DataDir)

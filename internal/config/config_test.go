@@ -133,9 +133,9 @@ func TestSupervisorMQTT(t *testing.T) {
 	}{
 		{200, `{"result":"ok","data":{"addon":"core_mosquitto","host":"core-mosquitto","port":"1883","ssl":false,"username":"addons","password":"pw-from-sup","protocol":"3.1.1"}}`, "tcp://core-mosquitto:1883"},
 		{200, `{"result":"ok","data":{"host":"core-mosquitto","port":8883,"ssl":true,"username":"u","password":"p"}}`, "ssl://core-mosquitto:8883"},
-		{400, `{"result":"error","message":"No service mqtt"}`, "error: supervisor: MQTT service: No service mqtt (HTTP 400)"},
-		{200, `{"result":"ok","data":{"host":"","port":"x"}}`, "error: supervisor: MQTT service: incomplete answer"},
-		{200, `not json`, "error: supervisor: MQTT service: HTTP 200, unreadable answer"},
+		{400, `{"result":"error","message":"No service mqtt"}`, "error: supervisor: /services/mqtt: No service mqtt (HTTP 400); is the Mosquitto broker app installed?"},
+		{200, `{"result":"ok","data":{"host":"","port":"x"}}`, "error: supervisor: /services/mqtt: incomplete answer"},
+		{200, `not json`, "error: supervisor: /services/mqtt: HTTP 200, unreadable answer"},
 	}
 	for _, tc := range tests {
 		svc, err := supervisor(t, tc.status, tc.body).MQTT(context.Background())
@@ -154,7 +154,8 @@ func TestSupervisorMQTT(t *testing.T) {
 
 func TestLoadAddon(t *testing.T) {
 	sup := supervisor(t, 200, `{"result":"ok","data":{"host":"core-mosquitto","port":"1883","ssl":false,"username":"addons","password":"pw-from-sup"}}`)
-	opts := writeFile(t, "options.json", `{"log_level":"debug","tenants_dir":"/config/tenants","discovery_prefix":"homeassistant","base_topic":"rezuscloud","parallel_applies":2,"openstack_password":"os-secret-pw"}`)
+	opts := writeFile(t, "options.json", `{"log_level":"debug","tenants_dir":"/config/tenants","parallel_applies":2,
+		"mqtt":{"discovery_prefix":"homeassistant","base_topic":"rezuscloud"},"openstack":{"password":"os-secret-pw"}}`)
 	c, err := LoadAddon(context.Background(), opts, sup)
 	if err != nil {
 		t.Fatal(err)
@@ -162,20 +163,33 @@ func TestLoadAddon(t *testing.T) {
 	if !c.AddonMode || c.LogLevel != "debug" || c.MQTT.URL != "tcp://core-mosquitto:1883" || c.MQTT.Username != "addons" ||
 		c.MQTT.Password.Reveal() != "pw-from-sup" || c.HomeAssistant.URL != "ws://supervisor/core/websocket" ||
 		c.Credentials.OpenStack.Password.Reveal() != "os-secret-pw" || c.Credentials.OpenStack.UserDomainName != "Default" ||
-		c.Panel.Listen != ":8099" || !slices.Equal(c.Panel.Trusted, []string{"172.30.32.2"}) {
+		c.Panel.Listen != ":8099" || !slices.Equal(c.Panel.Trusted, []string{"172.30.32.2"}) || c.ConfigDir != "/config" {
 		t.Fatalf("config = %+v", c)
 	}
 	if !slices.Contains(c.Secrets(), "os-secret-pw") || !slices.Contains(c.Secrets(), "pw-from-sup") {
 		t.Fatalf("Secrets() = %d values", len(c.Secrets()))
 	}
 	// an own broker skips the Supervisor
-	own := writeFile(t, "options.json", `{"log_level":"info","tenants_dir":"/config/tenants","mqtt_url":"tcp://127.0.0.1:1884"}`)
+	own := writeFile(t, "options.json", `{"log_level":"info","tenants_dir":"/config/tenants","mqtt":{"url":"tcp://127.0.0.1:1884"}}`)
 	if c, err := LoadAddon(context.Background(), own, Supervisor{}); err != nil || c.MQTT.URL != "tcp://127.0.0.1:1884" {
 		t.Fatalf("own broker: %v %v", c.MQTT.URL, err)
 	}
-	bad := writeFile(t, "options.json", `{"log_levle":"info"}`)
-	if _, err := LoadAddon(context.Background(), bad, sup); err == nil || !strings.Contains(err.Error(), "log_levle") {
-		t.Fatalf("unknown option: %v", err)
+	for _, tc := range []struct{ options, want string }{
+		{`{"log_levle":"info"}`, "log_levle"},
+		{`{"mqtt":{"urll":"tcp://127.0.0.1:1884"}}`, "urll"},
+		// errors name the option of the form, not the TOML key
+		{`{"mqtt":{"url":"tcp://127.0.0.1:1884"},"state":{"passphrase":"short"}}`, "state.passphrase: is shorter than 16"},
+		{`{"mqtt":{"url":"tcp://127.0.0.1:1884"},"discovery":{"interval":"1s"}}`, "discovery.interval:"},
+		{`{"mqtt":{"url":"tcp://127.0.0.1:1884"},"openstack":{"auth_url":"keystone"}}`, "openstack.auth_url:"},
+	} {
+		if _, err := LoadAddon(context.Background(), writeFile(t, "options.json", tc.options), sup); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.options, err, tc.want)
+		}
+	}
+	// a blank row in the ranges is no range
+	blank := writeFile(t, "options.json", `{"mqtt":{"url":"tcp://127.0.0.1:1884"},"discovery":{"cidrs":["", "192.168.1.0/24"]}}`)
+	if c, err := LoadAddon(context.Background(), blank, Supervisor{}); err != nil || !slices.Equal(c.Discovery.CIDRs, []string{"192.168.1.0/24"}) {
+		t.Fatalf("blank cidr: %v %v", c.Discovery.CIDRs, err)
 	}
 }
 
@@ -200,7 +214,8 @@ func TestStatePassphrase(t *testing.T) {
 }
 
 // TestManifestAgrees keeps config.yaml's options and schema,
-// translations/en.yaml and the Options struct key for key in step.
+// translations/en.yaml and the Options struct key for key in step, down
+// into the sections (configuration.<section>.fields.<field>).
 func TestManifestAgrees(t *testing.T) {
 	var manifest struct {
 		Options map[string]any `yaml:"options"`
@@ -216,53 +231,14 @@ func TestManifestAgrees(t *testing.T) {
 	}
 	readYAML(t, "../../config.yaml", &manifest)
 	var tr struct {
-		Configuration map[string]struct{ Name, Description string } `yaml:"configuration"`
+		Configuration map[string]translation `yaml:"configuration"`
 	}
 	readYAML(t, "../../translations/en.yaml", &tr)
+	agree(t, "", reflect.TypeOf(Options{}), manifest.Schema, manifest.Options, tr.Configuration)
 
-	var fields []string
-	ty := reflect.TypeOf(Options{})
-	for i := 0; i < ty.NumField(); i++ {
-		fields = append(fields, strings.Split(ty.Field(i).Tag.Get("json"), ",")[0])
-	}
-	slices.Sort(fields)
-	if got := sortedKeys(manifest.Schema); !slices.Equal(got, fields) {
-		t.Errorf("schema keys %v\n  != Options %v", got, fields)
-	}
-	if got := sortedKeys(tr.Configuration); !slices.Equal(got, fields) {
-		t.Errorf("translation keys %v\n  != Options %v", got, fields)
-	}
-	for k, v := range tr.Configuration {
-		if v.Name == "" || v.Description == "" {
-			t.Errorf("translation %s lacks name or description", k)
-		}
-	}
-	for k := range manifest.Options {
-		s, _ := schemaString(manifest.Schema[k])
-		if _, has := manifest.Schema[k]; !has {
-			t.Errorf("option %s has no schema", k)
-		}
-		if strings.HasSuffix(s, "?") {
-			t.Errorf("option %s has a default but its schema %q is optional", k, s)
-		}
-	}
-	for k, sv := range manifest.Schema {
-		s, _ := schemaString(sv)
-		_, hasDefault := manifest.Options[k]
-		if !hasDefault && !strings.HasSuffix(s, "?") {
-			t.Errorf("schema %s is mandatory but has no default", k)
-		}
-		secret := reflect.TypeOf(Secret(""))
-		if f, _ := ty.FieldByNameFunc(func(n string) bool { fl, _ := ty.FieldByName(n); return strings.Split(fl.Tag.Get("json"), ",")[0] == k }); f.Type == secret && !strings.HasPrefix(s, "password") {
-			t.Errorf("secret option %s must use the password type, not %q", k, s)
-		}
-	}
 	// the options the manifest sets by default decode into Options
 	b, _ := json.Marshal(manifest.Options)
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	var o Options
-	if err := dec.Decode(&o); err != nil {
+	if _, err := decodeOptions(mustMap(t, b)); err != nil {
 		t.Errorf("default options do not decode: %v", err)
 	}
 	if manifest.Slug != "rezuscloud" || manifest.Init || !slices.Equal(manifest.Arch, []string{"aarch64", "amd64"}) || manifest.Timeout < 120 {
@@ -275,6 +251,74 @@ func TestManifestAgrees(t *testing.T) {
 	if !maps["addon_config"] || !maps["share"] {
 		t.Errorf("addon_config and share must be mapped read-write: %+v", manifest.Map)
 	}
+}
+
+type translation struct {
+	Name, Description string
+	Fields            map[string]translation
+}
+
+// agree compares one level: the struct's json fields, the schema's keys,
+// the translations' keys; sections (struct fields) recurse.
+func agree(t *testing.T, at string, ty reflect.Type, schema, defaults map[string]any, tr map[string]translation) {
+	t.Helper()
+	var fields []string
+	byName := map[string]reflect.StructField{}
+	for i := 0; i < ty.NumField(); i++ {
+		f := ty.Field(i)
+		name := strings.Split(f.Tag.Get("json"), ",")[0]
+		fields = append(fields, name)
+		byName[name] = f
+	}
+	slices.Sort(fields)
+	if got := sortedKeys(schema); !slices.Equal(got, fields) {
+		t.Errorf("%sschema keys %v\n  != Options %v", at, got, fields)
+	}
+	if got := sortedKeys(tr); !slices.Equal(got, fields) {
+		t.Errorf("%stranslation keys %v\n  != Options %v", at, got, fields)
+	}
+	secret := reflect.TypeOf(Secret(""))
+	for _, k := range fields {
+		f, v := byName[k], tr[k]
+		if v.Name == "" || v.Description == "" {
+			t.Errorf("translation %s%s lacks name or description", at, k)
+		}
+		if sub, ok := schema[k].(map[string]any); ok {
+			if f.Type.Kind() != reflect.Struct {
+				t.Errorf("schema %s%s is a section, Options has %s", at, k, f.Type)
+				continue
+			}
+			def, ok := defaults[k].(map[string]any)
+			if !ok {
+				t.Errorf("section %s%s has no default (at least {}): the Supervisor would not start the add-on", at, k)
+			}
+			agree(t, at+k+".", f.Type, sub, def, v.Fields)
+			continue
+		}
+		if len(v.Fields) > 0 {
+			t.Errorf("translation %s%s has fields but is no section", at, k)
+		}
+		s, _ := schemaString(schema[k])
+		_, hasDefault := defaults[k]
+		if hasDefault && strings.HasSuffix(s, "?") {
+			t.Errorf("option %s%s has a default but its schema %q is optional", at, k, s)
+		}
+		if _, isList := schema[k].([]any); !hasDefault && !isList && !strings.HasSuffix(s, "?") {
+			t.Errorf("schema %s%s is mandatory but has no default", at, k)
+		}
+		if f.Type == secret && !strings.HasPrefix(s, "password") {
+			t.Errorf("secret option %s%s must use the password type, not %q", at, k, s)
+		}
+	}
+}
+
+func mustMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // schemaString is a schema entry as text; a list schema ([str]) is its

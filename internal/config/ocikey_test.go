@@ -100,22 +100,22 @@ func TestLoadAddonOCIKey(t *testing.T) {
 	pkcs1, _, _ := testKeys(t)
 	flat := strings.ReplaceAll(strings.TrimSpace(pkcs1), "\n", "")
 	opts := func(extra string) string {
-		return writeFile(t, "options.json", `{"mqtt_url":"tcp://127.0.0.1:1884"`+extra+`}`)
+		return writeFile(t, "options.json", `{"mqtt":{"url":"tcp://127.0.0.1:1884"},"oci":{`+strings.TrimPrefix(extra, ",")+`}}`)
 	}
-	c, err := LoadAddon(context.Background(), opts(`,"oci_private_key":"`+flat+`"`), Supervisor{})
+	c, err := LoadAddon(context.Background(), opts(`,"private_key":"`+flat+`"`), Supervisor{})
 	if err != nil || c.Credentials.OCI.PrivateKey.Reveal() != pkcs1 {
 		t.Fatalf("flattened key not re-wrapped: %v", err)
 	}
-	_, err = LoadAddon(context.Background(), opts(`,"oci_private_key":"-----BEGIN RSA PRIVATE KEY-----QUJD-----END RSA PRIVATE KEY-----"`), Supervisor{})
-	if err == nil || !strings.Contains(err.Error(), "credentials.oci.private_key: does not parse") {
+	_, err = LoadAddon(context.Background(), opts(`,"private_key":"-----BEGIN RSA PRIVATE KEY-----QUJD-----END RSA PRIVATE KEY-----"`), Supervisor{})
+	if err == nil || !strings.Contains(err.Error(), "oci.private_key: does not parse") {
 		t.Fatalf("broken key: %v", err)
 	}
 	for _, tc := range []struct{ extra, want string }{
-		{`,"oci_private_key_file":"/etc/shadow"`, `oci_private_key_file: "/etc/shadow" is not under /config or /share`},
-		{`,"oci_private_key_file":"/config/../etc/shadow"`, "must be a clean absolute path"},
-		{`,"oci_private_key_file":"key.pem"`, "must be a clean absolute path"},
-		{`,"oci_private_key_file":"/config/missing-oci-key.pem"`, "oci_private_key_file: stat /config/missing-oci-key.pem: no such file"},
-		{`,"oci_private_key":"` + flat + `","oci_private_key_file":"/config/k.pem"`, "not both"},
+		{`,"private_key_file":"/etc/shadow"`, `oci.private_key_file: "/etc/shadow" is not under /config or /share`},
+		{`,"private_key_file":"/config/../etc/shadow"`, "must be a clean absolute path"},
+		{`,"private_key_file":"key.pem"`, "must be a clean absolute path"},
+		{`,"private_key_file":"/config/missing-oci-key.pem"`, "oci.private_key_file: stat /config/missing-oci-key.pem"},
+		{`,"private_key":"` + flat + `","private_key_file":"/config/k.pem"`, "not both"},
 	} {
 		if _, err := LoadAddon(context.Background(), opts(tc.extra), Supervisor{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.extra, err, tc.want)

@@ -78,9 +78,9 @@ func (e *Engine) fileValid(name string) error {
 		}
 	}
 	if len(mine) == 0 {
-		return fmt.Errorf("tenant %s: its file %s does not validate; fix it first (nothing was changed)", name, e.opts.Store.Path(name))
+		return fmt.Errorf("tenant %s: its file %s.toml does not validate; fix it first (nothing was changed)", name, name)
 	}
-	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, mine)
+	return fmt.Errorf("tenant %s: its file does not validate; fix it first (nothing was changed):\n%w", name, tenant.Readable(mine))
 }
 
 // Cancel stops the tenant's running operation (tofu gets SIGINT and saves

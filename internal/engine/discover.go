@@ -104,7 +104,7 @@ func (e *Engine) startDiscovery(ctx context.Context) <-chan struct{} {
 // that no tenant declares.
 func (e *Engine) Discover(ctx context.Context) ([]talos.Machine, error) {
 	if len(e.opts.Discovery.CIDRs) == 0 {
-		return nil, errors.New("finding machines is off: set discovery_cidrs (add-on) or [discovery] cidrs (config file)")
+		return nil, errors.New("finding machines is off: set discovery.cidrs (add-on options) or [discovery] cidrs (config file)")
 	}
 	return e.scan(ctx)
 }

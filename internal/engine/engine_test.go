@@ -461,7 +461,7 @@ func TestCommandsCheckInput(t *testing.T) {
 		"scale over pool":    {func() error { return f.eng.Scale(ctx, "lab", "workers", 5) }, "pool has"},
 		"scale out of range": {func() error { return f.eng.Scale(ctx, "lab", "workers", 101) }, "out of range"},
 		"scale cp zero":      {func() error { return f.eng.Scale(ctx, "lab", "cp", 0) }, "out of range"},
-		"scale cp even":      {func() error { return f.eng.Scale(ctx, "lab", "cp", 2) }, "node_groups[0].count"},
+		"scale cp even":      {func() error { return f.eng.Scale(ctx, "lab", "cp", 2) }, `group "cp": count`},
 		"reboot undeclared":  {func() error { return f.eng.Reboot(ctx, "lab", "lab-workers-9") }, `has no node "lab-workers-9"`},
 		"reboot unprovided":  {func() error { return f.eng.Reboot(ctx, "lab", "lab-cp-1") }, "not provisioned"},
 		"cancel idle":        {func() error { return f.eng.Cancel(ctx, "lab") }, "no operation is running"},

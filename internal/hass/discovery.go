@@ -19,6 +19,9 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		"identifiers":  []string{id},
 		"manufacturer": Manufacturer,
 	}
+	if u := b.opts.ConfigurationURL; u != "" {
+		dev["configuration_url"] = u
+	}
 	switch k {
 	case kindBridge:
 		dev["name"] = "Rezuscloud"
@@ -33,8 +36,9 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 		}
 		dev["via_device"] = b.topics.deviceID(kindBridge, ref{})
 	case kindNode:
-		// Speakable: "Lab workers 2" (the node name lab-workers-2 is its id).
-		dev["name"] = fmt.Sprintf("%s %s %d", t.Title(), strings.ReplaceAll(n.Group, "-", " "), n.Index)
+		// Speakable: "Lab workers 2" (the node name lab-workers-2 is its
+		// id); group "lab" of tenant "Lab" gives "Lab 1", not "Lab lab 1".
+		dev["name"] = strings.Join(strings.Fields(fmt.Sprintf("%s %s %d", t.Title(), groupWords(n.Group, t.Title(), ""), n.Index)), " ")
 		dev["model"] = "Talos node"
 		dev["model_id"] = string(n.Role)
 		dev["via_device"] = b.topics.deviceID(kindTenant, ref{tenant: r.tenant})
@@ -58,11 +62,11 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 				}
 				rg := r
 				rg.group = g.Name
-				cmps[e.compKey(g.Name)] = b.component(e, id, state, rg, t, &g)
+				cmps[e.compKey(g.Name)] = b.component(e, id, dev["name"].(string), state, rg, t, &g)
 			}
 			continue
 		}
-		cmps[e.compKey("")] = b.component(e, id, state, r, t, nil)
+		cmps[e.compKey("")] = b.component(e, id, dev["name"].(string), state, r, t, nil)
 	}
 	payload := map[string]any{
 		"device": dev,
@@ -79,7 +83,7 @@ func (b *Bridge) discoveryPayload(k kind, r ref, t *tenant.Tenant, n *tenant.Nod
 }
 
 // component renders one entity row for one device (and group).
-func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, t *tenant.Tenant, g *tenant.NodeGroup) map[string]any {
+func (b *Bridge) component(e *entity, devID, devName, stateTopic string, r ref, t *tenant.Tenant, g *tenant.NodeGroup) map[string]any {
 	key := e.compKey(r.group)
 	uid := devID + "_" + key
 	if e.stateSuffix != "" {
@@ -89,7 +93,7 @@ func (b *Bridge) component(e *entity, devID, stateTopic string, r ref, t *tenant
 		"platform":          e.platform,
 		"unique_id":         uid,
 		"default_entity_id": e.platform + "." + slug(uid),
-		"name":              e.displayName(r.group),
+		"name":              e.displayName(r.group, devName),
 	}
 	switch {
 	case e.availableWhen != "":

@@ -177,7 +177,7 @@ var entities = slices.Concat([]entity{
 		class: "timestamp", icon: "mdi:database-clock",
 		value: "value_json.last_backup.at if value_json.last_backup else None",
 		attrs: "{'size': value_json.last_backup.size, 'file': value_json.last_backup.file} | tojson if value_json.last_backup else '{}'"},
-	{kind: kindTenant, key: "count", platform: "number", name: "nodes", perGroup: true,
+	{kind: kindTenant, key: "count", platform: "number", name: "count", perGroup: true,
 		icon: "mdi:server-plus", value: "value_json.counts[%q]", topicSuffix: "count/set", request: countRequest},
 	{kind: kindTenant, key: "apply", platform: "button", name: "Apply", icon: "mdi:play", action: ActionApply},
 	{kind: kindTenant, key: "plan", platform: "button", name: "Plan", icon: "mdi:clipboard-list", action: ActionPlan},
@@ -266,12 +266,35 @@ func (e *entity) compKey(group string) string {
 	return e.key
 }
 
-// displayName is the entity name for a group ("Workers nodes").
-func (e *entity) displayName(group string) string {
-	if e.perGroup {
-		return titleWord(group) + " " + e.name
+// displayName is the entity name for a group of the device named device
+// ("Workers count"; Home Assistant shows "Lab Workers count").
+func (e *entity) displayName(group, device string) string {
+	if !e.perGroup {
+		return e.name
 	}
-	return e.name
+	if g := groupWords(group, device, e.name); g != "" {
+		return titleWord(g) + " " + e.name
+	}
+	return titleWord(e.name)
+}
+
+// groupWords is a group's name as words for a name that Home Assistant
+// prefixes with the device's: "-" becomes a space, and words the device
+// name or the rest of the name already say are left out (group "lab" of
+// tenant "Lab" is not "Lab Lab count"; group "count" is not "Count count").
+func groupWords(group, device, rest string) string {
+	said := map[string]bool{}
+	for _, w := range strings.Fields(strings.ToLower(device + " " + rest)) {
+		said[w] = true
+	}
+	var out []string
+	for _, w := range strings.Fields(strings.ReplaceAll(group, "-", " ")) {
+		if lw := strings.ToLower(w); !said[lw] {
+			said[lw] = true
+			out = append(out, w)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // valueTemplate wraps the row's expression.

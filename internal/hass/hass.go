@@ -46,9 +46,8 @@ type Options struct {
 	Version string
 	// SupportURL is the origin's support_url.
 	SupportURL string
-	// ConfigurationURL, when set, is every device's configuration_url:
-	// the panel (homeassistant://hassio/ingress/<slug>), which the
-	// device page's "Visit" opens.
+	// ConfigurationURL is every device's configuration_url, the device
+	// page's "Visit" link ("" = none).
 	ConfigurationURL string
 	// LogLevel is the initial value of the log level select (default info).
 	LogLevel string
@@ -402,7 +401,7 @@ func (b *Bridge) onInstance(payload []byte) {
 	}
 	b.mu.Unlock()
 	if logIt {
-		b.log.Error("another rezuscloud uses the same MQTT base topic: each instance needs its own base_topic, or they overwrite each other's devices",
+		b.log.Error("another rezuscloud uses the same MQTT base topic: each instance needs its own base topic (mqtt.base_topic), or they overwrite each other's devices",
 			zap.String("base", b.opts.BaseTopic), zap.String("other_instance", doc.ID), zap.String("this_instance", b.instance))
 	}
 	if answer {

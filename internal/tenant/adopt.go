@@ -68,11 +68,11 @@ func (s *Store) Adopt(name, group string, m Machine, disks []string) (*Tenant, e
 		if _, serr := os.Lstat(path); serr == nil {
 			return fail("%v", err)
 		}
-		return fail("no tenant %q (no file %s)", name, path)
+		return fail("no tenant %q (no file %s.toml)", name, name)
 	}
 	t, err := Parse(path, data)
 	if err != nil {
-		return nil, fmt.Errorf("adopting machine %s into %s/%s: the tenant file has problems, fix them first (nothing was changed):\n%w", who, name, group, err)
+		return nil, fmt.Errorf("adopting machine %s into %s/%s: the tenant file has problems, fix them first (nothing was changed):\n%w", who, name, group, Readable(err))
 	}
 	if t.Provider != ProviderMetal {
 		return fail("tenant %q has provider %q; only metal groups take machines", name, t.Provider)
@@ -100,10 +100,10 @@ func (s *Store) Adopt(name, group string, m Machine, disks []string) (*Tenant, e
 	out = insertMachine(out, gi, len(t.NodeGroups), m)
 	nt, err := Parse(path, out)
 	if err != nil {
-		return nil, fmt.Errorf("adopting machine %s into %s/%s: the edited file would not validate (nothing was changed):\n%w", who, name, group, err)
+		return nil, fmt.Errorf("adopting machine %s into %s/%s: the edited file would not validate (nothing was changed):\n%w", who, name, group, Readable(err))
 	}
 	if cross := CheckAcrossTenants(append(slices.DeleteFunc(slices.Clone(snap.Tenants), func(o *Tenant) bool { return o.Name == name }), nt)); len(cross) > 0 {
-		return fail("%v", cross)
+		return fail("%v", cross.Text())
 	}
 	if err := atomicfile.Write(path, out, 0o644); err != nil {
 		return nil, fmt.Errorf("adopting machine %s: %w", who, err)

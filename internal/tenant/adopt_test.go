@@ -122,7 +122,7 @@ func TestMachinePowerValidated(t *testing.T) {
 	for _, tc := range []struct{ power, want string }{
 		{`power = "switch.rack_plug"`, ""},
 		{`power = "redfish+https://bmc.lan/redfish/v1/Systems/1"` + "\n  redfish_insecure = true", ""},
-		{`power = "switch.Rack Plug"`, "lab.toml:12:3: node_groups[0].machines[0].power"},
+		{`power = "switch.Rack Plug"`, `lab.toml:12:3: group "cp", machine 192.168.1.10: power`},
 		{`power = "wol"`, "needs the machine's mac"},
 		{`redfish_insecure = true`, "applies only to"},
 	} {

@@ -26,9 +26,14 @@ type Problem struct {
 	Line   int // 1-based; 0 when unknown
 	Column int
 	Field  string // key path, e.g. node_groups[1].count; "" for the whole file
-	Msg    string
+	// Place is where Field stands in the file's own words, e.g.
+	// `group "workers": count` ("" = say Field).
+	Place string
+	Msg   string
 }
 
+// Error is the problem as `rezuscloud validate` prints it (docs/design.md
+// §3): file:line:col: place: message, the place in the file's own words.
 func (p Problem) Error() string {
 	var b strings.Builder
 	b.WriteString(p.File)
@@ -36,8 +41,8 @@ func (p Problem) Error() string {
 		fmt.Fprintf(&b, ":%d:%d", p.Line, p.Column)
 	}
 	b.WriteString(": ")
-	if p.Field != "" {
-		b.WriteString(p.Field)
+	if w := p.where(); w != "" {
+		b.WriteString(w)
 		b.WriteString(": ")
 	}
 	b.WriteString(p.Msg)
@@ -123,7 +128,8 @@ func Parse(path string, data []byte) (*Tenant, error) {
 			}
 		case errors.As(err, &derr):
 			line, col := derr.Position()
-			return nil, Problems{{File: path, Line: line, Column: col, Field: pos.at(line, col, keyString(derr.Key())), Msg: derr.Error()}}
+			f := pos.at(line, col, keyString(derr.Key()))
+			return nil, Problems{{File: path, Line: line, Column: col, Field: f, Place: t.place(f), Msg: derr.Error()}}
 		default:
 			return nil, Problems{{File: path, Msg: err.Error()}}
 		}
@@ -134,6 +140,9 @@ func Parse(path string, data []byte) (*Tenant, error) {
 		probs = append(probs, p)
 	}
 	if len(probs) > 0 {
+		for i := range probs {
+			probs[i].Place = t.place(probs[i].Field)
+		}
 		sortProblems(probs)
 		return nil, probs
 	}

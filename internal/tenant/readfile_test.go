@@ -53,7 +53,7 @@ func within(t *testing.T, d time.Duration, fn func()) {
 
 func problemOf(snap *Snapshot, file string) (Problem, bool) {
 	for _, p := range snap.Problems {
-		if p.File == file {
+		if p.File == filepath.Base(file) { // the store names files within its folder
 			return p, true
 		}
 	}

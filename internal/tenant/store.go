@@ -74,6 +74,7 @@ func (s *Store) Load() (*Snapshot, error) {
 		}
 		snap.Tenants = append(snap.Tenants, t)
 	}
+	defer func() { relativeFiles(snap.Problems) }()
 	copy(snap.Sum[:], h.Sum(nil))
 	if cross := CheckAcrossTenants(snap.Tenants); len(cross) > 0 {
 		snap.Problems = append(snap.Problems, cross...)
@@ -90,6 +91,32 @@ func (s *Store) Load() (*Snapshot, error) {
 		})
 	}
 	return snap, nil
+}
+
+// relativeFiles names the files of problems by their name in the folder:
+// the folder is the container's (/config/tenants), which the user knows
+// by another name (app_configs/…_rezuscloud/tenants).
+func relativeFiles(ps Problems) {
+	for i := range ps {
+		ps[i].File = filepath.Base(ps[i].File)
+	}
+}
+
+// onlyMessages is err's problems for a message that already names the
+// key: just their messages when every one is at field, else their Text.
+func onlyMessages(err error, field string) error {
+	ps, ok := AsProblems(err)
+	if !ok {
+		return err
+	}
+	var msgs []string
+	for _, p := range ps {
+		if p.Field != field {
+			return Readable(err)
+		}
+		msgs = append(msgs, p.Msg)
+	}
+	return readable{ps: ps, text: strings.Join(msgs, "; ")}
 }
 
 // Watch calls fn with a new snapshot whenever the files change (checked
@@ -170,7 +197,7 @@ func (s *Store) editFields(name string, change func(*Tenant) ([]fieldValue, erro
 	}
 	t, err := Parse(path, data)
 	if err != nil {
-		return nil, fmt.Errorf("tenant %s: the file has problems, fix them first:\n%w", name, err)
+		return nil, fmt.Errorf("tenant %s: the file has problems, fix them first (nothing was changed):\n%w", name, Readable(err))
 	}
 	fvs, err := change(t)
 	if err != nil {
@@ -180,13 +207,16 @@ func (s *Store) editFields(name string, change func(*Tenant) ([]fieldValue, erro
 	var what []string
 	for _, fv := range fvs {
 		if out, err = setValue(out, fv.field, fv.value); err != nil {
-			return nil, fmt.Errorf("tenant %s: %s: %w", name, fv.field, err)
+			return nil, fmt.Errorf("tenant %s: %s: %w", name, t.place(fv.field), err)
 		}
-		what = append(what, fv.field+" = "+fv.value)
+		what = append(what, t.place(fv.field)+" = "+fv.value)
 	}
 	nt, err := Parse(path, out)
 	if err != nil {
-		return nil, fmt.Errorf("tenant %s: %s is not allowed:\n%w", name, strings.Join(what, ", "), err)
+		if len(fvs) == 1 {
+			return nil, fmt.Errorf("tenant %s: %s cannot be %s (nothing was changed): %w", name, t.place(fvs[0].field), fvs[0].value, onlyMessages(err, fvs[0].field))
+		}
+		return nil, fmt.Errorf("tenant %s: %s is not allowed (nothing was changed): %w", name, strings.Join(what, ", "), Readable(err))
 	}
 	if err := atomicfile.Write(path, out, 0o644); err != nil {
 		return nil, fmt.Errorf("tenant %s: %w", name, err)

@@ -87,9 +87,9 @@ func TestBrokenFileReportsEveryProblem(t *testing.T) {
 		t.Fatalf("want Problems, got %v", err)
 	}
 	want := []string{
-		"testdata/broken.toml:8:1: node_groups[0].count: a control plane needs an odd count",
-		"testdata/broken.toml:19:1: node_groups[1].cuont: unknown key (did you mean \"count\"?)",
-		"testdata/broken.toml:22:3: node_groups[1].machines[0].address: 192.168.1.21 is already used",
+		"testdata/broken.toml:8:1: group \"cp\": count: a control plane needs an odd count",
+		"testdata/broken.toml:19:1: group \"workers\": cuont: unknown key (did you mean \"count\"?)",
+		"testdata/broken.toml:22:3: group \"workers\", machine 192.168.1.21: address: 192.168.1.21 is already used by group \"cp\"",
 	}
 	if len(ps) != len(want) {
 		t.Fatalf("got %d problems, want %d:\n%v", len(ps), len(want), ps)
@@ -130,7 +130,7 @@ func TestRules(t *testing.T) {
 		{"json patch", goodMetal, "", `display_name = "Lab"`, `config_patches = ['[{"op":"add","path":"/machine/x","value":1}]']`, "config_patches[0]", "JSON patches are not supported"},
 		{"garbage patch", goodMetal, "", `display_name = "Lab"`, `config_patches = ['{{{']`, "config_patches[0]", "not a Talos machine config patch"},
 		{"bad group name", goodMetal, "", `name = "workers"`, `name = "Workers!"`, "node_groups[1].name", "lower-case"},
-		{"duplicate group", goodMetal, "", `name = "workers"`, `name = "cp"`, "node_groups[1].name", "already the name of node_groups[0]"},
+		{"duplicate group", goodMetal, "", `name = "workers"`, `name = "cp"`, "node_groups[1].name", "already the name of the 1st group"},
 		{"bad role", goodMetal, "", `role = "worker"`, `role = "etcd"`, "node_groups[1].role", "not one of controlplane, worker"},
 		{"two control planes", goodMetal, "", `role = "worker"`, `role = "controlplane"`, "node_groups[1].role", "only one group"},
 		{"no control plane", goodMetal, "", `role = "controlplane"`, `role = "worker"`, "node_groups", "exactly one must hold"},
@@ -203,7 +203,7 @@ func TestCheckAcrossTenants(t *testing.T) {
 	if len(snap.Tenants) != 1 || snap.Tenants[0].Name != "a" {
 		t.Fatalf("tenants = %v", snap.Tenants)
 	}
-	if len(snap.Problems) != 1 || !strings.Contains(snap.Problems[0].Error(), `b.toml:11:3: node_groups[0].machines[0].address: 192.0.2.21 is already a machine of tenant "a"`) {
+	if len(snap.Problems) != 1 || !strings.Contains(snap.Problems[0].Error(), `b.toml:11:3: group "cp", machine 192.0.2.21: address: 192.0.2.21 is already a machine of tenant "a"`) {
 		t.Fatalf("problems = %v", snap.Problems)
 	}
 	if len(snap.Invalid) != 1 || snap.Invalid[0] != "b" {

@@ -231,7 +231,7 @@ func (t *Tenant) validateGroups(pos posMap) []violation {
 		if err := checkName(g.Name); err != nil {
 			add(f+".name", "%v", err)
 		} else if j, dup := seen[g.Name]; dup {
-			add(f+".name", "%q is already the name of node_groups[%d]", g.Name, j)
+			add(f+".name", "%q is already the name of the %s group", g.Name, ordinal(j+1))
 		} else {
 			seen[g.Name] = i
 			if n := len(NodeName(t.Name, g.Name, 100)); n > MaxLabelLen {
@@ -305,7 +305,7 @@ func (t *Tenant) validateGroupPlatform(f string, g NodeGroup, addrs map[string]s
 			} else if other, dup := addrs[a.String()]; dup {
 				add(mf+".address", "%s is already used by %s", a, other)
 			} else {
-				addrs[a.String()] = mf
+				addrs[a.String()] = t.place(f) // group "cp"
 			}
 			if m.MAC != "" {
 				if hw, err := net.ParseMAC(m.MAC); err != nil || len(hw) != 6 {
@@ -376,7 +376,7 @@ func CheckAcrossTenants(ts []*Tenant) Problems {
 					}
 					field := fmt.Sprintf("node_groups[%d].machines[%d].address", gi, mi)
 					line, col := pos.find(field)
-					probs = append(probs, Problem{File: t.Path, Line: line, Column: col, Field: field,
+					probs = append(probs, Problem{File: t.Path, Line: line, Column: col, Field: field, Place: t.place(field),
 						Msg: fmt.Sprintf("%s is already a machine of tenant %q", a, o)})
 					continue
 				}

@@ -77,6 +77,7 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 	if os.Getenv(orphanHelperEnv) != "" {
 		t.Skip("in the helper")
 	}
+	t.Parallel() // each test has its own data dir; tofu runs wait more than they compute
 	ctx := context.Background()
 	dataDir := t.TempDir()
 
@@ -204,6 +205,7 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 // reserve), nothing is left that blocks the next command, and once space
 // is freed the next plan creates nothing again.
 func TestFullDiskDuringApply(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs as the data dir")
 	}
@@ -266,6 +268,7 @@ func TestFullDiskDuringApply(t *testing.T) {
 // TestWorkspaceFilesPrivate (issue 15 item 11): nothing tofu leaves under
 // the data dir is open to group or world, whatever the process umask.
 func TestWorkspaceFilesPrivate(t *testing.T) {
+	t.Parallel()
 	old := syscall.Umask(0o022) // tofu's own modes show with a usual umask
 	defer syscall.Umask(old)
 	ctx := context.Background()

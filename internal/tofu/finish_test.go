@@ -10,6 +10,7 @@ import (
 // what it is doing: it completes, every resource in the state, nothing
 // interrupted. A user's cancel still interrupts at once (TestCancelApply).
 func TestShutdownLetsApplyFinish(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	r := newRunner(t, "", func(c *Config) { c.FinishGrace = time.Minute })
 	ws := workspace(t, r, "lab", slowDoc(2))

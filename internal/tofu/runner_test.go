@@ -87,6 +87,7 @@ func grepDir(t *testing.T, dir, s string) []string {
 }
 
 func TestCycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dataDir := t.TempDir()
 	r := newRunner(t, dataDir, nil)
@@ -247,6 +248,7 @@ func TestCancelApply(t *testing.T) {
 // With no grace the group is killed at once; the lock the killed tofu left
 // is released by the runner and the state from before survives.
 func TestKillAfterGrace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	r := newRunner(t, "", func(c *Config) { c.GracePeriod = time.Millisecond })
 	ws := workspace(t, r, "lab", dataDoc(2, "x"))
@@ -301,6 +303,7 @@ func TestKillAfterGrace(t *testing.T) {
 }
 
 func TestWrongPassphrase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	r := newRunner(t, "", nil)
 	ws := workspace(t, r, "lab", dataDoc(1, "x"))
@@ -329,6 +332,7 @@ func TestWrongPassphrase(t *testing.T) {
 }
 
 func TestMissingProvider(t *testing.T) {
+	t.Parallel()
 	empty := t.TempDir()
 	rc := filepath.Join(t.TempDir(), "tofurc")
 	os.WriteFile(rc, []byte(fmt.Sprintf("provider_installation {\n  filesystem_mirror {\n    path = %q\n  }\n}\n", empty)), 0o600)
@@ -342,6 +346,7 @@ func TestMissingProvider(t *testing.T) {
 }
 
 func TestLockedState(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	ws := workspace(t, r, "lab", dataDoc(1, "x"))
 	if err := r.Store().Lock("lab", httpstate.LockInfo{ID: "held-elsewhere-42", Operation: "OperationTypeApply",
@@ -412,6 +417,7 @@ func TestPassphraseTooShort(t *testing.T) {
 // A failed command's error carries the diagnostics and never a secret from
 // the environment, even when tofu prints it.
 func TestErrorRedactsEnvironment(t *testing.T) {
+	t.Parallel()
 	const secret = "OS-secret-value-91a2"
 	r := newRunner(t, "", func(c *Config) { c.Env = map[string]string{"OS_PASSWORD": secret} })
 	ws := workspace(t, r, "lab", []byte(`{"resource":{"terraform_data":{"fail":{"provisioner":[{"local-exec":{"command":"echo pw=$OS_PASSWORD; exit 3"}}]}}}}`))
@@ -437,6 +443,7 @@ func TestErrorRedactsEnvironment(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	r := newRunner(t, "", nil)
 	ws := workspace(t, r, "lab", []byte(`{"resource":{"terraform_data":{"x":{"inputt":"a"}}}}`))
 	v, err := ws.Validate(context.Background())
@@ -493,6 +500,7 @@ func TestCommandTimeout(t *testing.T) {
 
 // Validate against the real OpenStack provider schema from the mirror.
 func TestValidateOpenStack(t *testing.T) {
+	t.Parallel()
 	if _, rc := testenv.Tofu(t); rc == "" {
 		if os.Getenv("CI") != "" {
 			t.Fatal("no CLI config with a provider mirror; run make tools")
@@ -522,6 +530,7 @@ func TestValidateOpenStack(t *testing.T) {
 // lock. The next process shows the stale lock, and once it is cleared
 // imports that state, so nothing tofu created is forgotten.
 func TestBackendGoneMidApply(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	r := newRunner(t, dataDir, nil)
 	ws := workspace(t, r, "lab", slowDoc(5))

@@ -42,7 +42,8 @@ func TestMatchesAddonSchema(t *testing.T) {
 	}
 	schema := string(b)[strings.Index(string(b), "\nschema:"):]
 	for key, want := range map[string]string{"base_topic": BasePattern, "discovery_prefix": PrefixPattern} {
-		m := regexp.MustCompile(`\n  ` + key + `: "match\((.*)\)"`).FindStringSubmatch(schema)
+		// a field of the mqtt section
+		m := regexp.MustCompile(`\n    ` + key + `: "match\((.*)\)"`).FindStringSubmatch(schema)
 		if m == nil {
 			t.Fatalf("config.yaml schema has no match(...) for %s", key)
 		}

@@ -127,7 +127,7 @@ func (a *Assist) Run(ctx context.Context) error {
 	}
 	if a.c.Disabled() {
 		if !a.opts.Enabled {
-			a.log.Warn("assist_expose is off but there is no Home Assistant WebSocket link: "+
+			a.log.Warn("Assist exposure (assist.expose) is off but there is no Home Assistant WebSocket link: "+
 				"what rezuscloud exposed to Assist stays exposed until the link is configured",
 				zap.Int("entities", len(st.Entities)), zap.String("state_file", a.opts.StateFile))
 		}
@@ -167,7 +167,7 @@ func (a *Assist) Run(ctx context.Context) error {
 				retryC = retry.C
 			}
 		} else if done {
-			a.log.Info("assist_expose is off: everything rezuscloud exposed to Assist is withdrawn")
+			a.log.Info("Assist exposure (assist.expose) is off: everything rezuscloud exposed to Assist is withdrawn")
 			return nil
 		}
 		select {

@@ -225,6 +225,7 @@ func inNet(p netip.Prefix, ip string) bool {
 
 // TestApplyPlanDestroy drives the real provider through a whole tenant.
 func TestApplyPlanDestroy(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	var rec recorder
 	cloud := start(t, rec.hooks())
 	ten := lab(1, 2)
@@ -312,6 +313,7 @@ func TestApplyPlanDestroy(t *testing.T) {
 // TestQuotaRefusal: Nova's quota message reaches tofu's error, the servers
 // that fit are kept, and an apply after the quota is raised converges.
 func TestQuotaRefusal(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	cloud := start(t, simcloud.Hooks{})
 	cloud.SetInstanceQuota(2)
 	w := newWorkspace(t, cloud, render(t, lab(1, 2)))
@@ -339,6 +341,7 @@ func TestQuotaRefusal(t *testing.T) {
 // TestServerError: a server in ERROR fails the apply; the next apply
 // replaces it. It also records what the provider prints for it.
 func TestServerError(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	cloud := start(t, simcloud.Hooks{})
 	const fault = "No valid host was found. There are not enough hosts available."
 	cloud.FailNextServers(1, fault)
@@ -369,6 +372,7 @@ func TestServerError(t *testing.T) {
 
 // TestHookErrorIsFault: ServerActive's error becomes the server's fault.
 func TestHookErrorIsFault(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	cloud := start(t, simcloud.Hooks{ServerActive: func(s simcloud.Server) error {
 		return fmt.Errorf("simulated node %s did not boot", s.Name)
 	}})
@@ -385,6 +389,7 @@ func TestHookErrorIsFault(t *testing.T) {
 // TestWrongPassword: a clear error, no password in tofu's output, nothing
 // created.
 func TestWrongPassword(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	cloud := start(t, simcloud.Hooks{})
 	w := newWorkspace(t, cloud, render(t, lab(1, 0)))
 	w.password = "wrong-" + password
@@ -407,6 +412,7 @@ func TestWrongPassword(t *testing.T) {
 // TestAPIDown: connections refused give a clear error; the cloud comes
 // back on the same address.
 func TestAPIDown(t *testing.T) {
+	t.Parallel() // its own cloud on a free port, its own work dir
 	cloud := start(t, simcloud.Hooks{})
 	w := newWorkspace(t, cloud, render(t, lab(1, 0)))
 	if err := cloud.SetDown(true); err != nil {
