@@ -143,7 +143,7 @@ func TestPoolRules(t *testing.T) {
 func TestPoolProblemLocated(t *testing.T) {
 	src := strings.Replace(goodPool, `mode = "observe"`, `mode = "sometimes"`, 1)
 	_, err := Parse("dir/lab.toml", []byte(src))
-	if err == nil || !strings.HasPrefix(err.Error(), `dir/lab.toml:18:3: node_groups[1].pool.mode: "sometimes" is not one of`) {
+	if err == nil || !strings.HasPrefix(err.Error(), `dir/lab.toml:18:3: group "workers": pool.mode: "sometimes" is not one of`) {
 		t.Fatalf("got %v", err)
 	}
 }

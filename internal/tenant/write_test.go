@@ -32,7 +32,7 @@ func TestStoreCreate(t *testing.T) {
 	}{
 		{name: "valid file kept byte for byte", tenant: "lab2", data: good},
 		{name: "invalid file", tenant: "lab2", data: strings.Replace(good, "count = 1", "count = 2", 1),
-			want: "node_groups[0].count", wantLine: 9},
+			want: `group "cp": count`, wantLine: 9},
 		{name: "unknown key", tenant: "lab2", data: good + "colour = \"blue\"\n", want: "unknown key", wantLine: 13},
 		{name: "address of another tenant, in either name order", tenant: "aaa", data: newLab,
 			want: `192.168.1.11 is already a machine of tenant "lab"`, wantLine: 11},
@@ -100,7 +100,7 @@ func TestStoreReplace(t *testing.T) {
 	// an invalid edit is refused, located, and writes nothing
 	bad := strings.Replace(edited, `role  = "controlplane"`, `role  = "boss"`, 1)
 	_, err = s.Replace("lab", []byte(bad), Sum([]byte(edited)))
-	if _, ok := AsProblems(err); !ok || !strings.Contains(err.Error(), `lab.toml:8:1: node_groups[0].role: "boss"`) {
+	if _, ok := AsProblems(err); !ok || !strings.Contains(err.Error(), `lab.toml:8:1: group "cp": role: "boss"`) {
 		t.Fatalf("invalid edit: %v, want a problem at lab.toml:8", err)
 	}
 	// taking an address another tenant has is refused, whatever the order

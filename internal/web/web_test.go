@@ -378,7 +378,7 @@ func TestEditorKeepsBytes(t *testing.T) {
 	// an address of another tenant: the cross-tenant rule, at its line
 	cross := strings.Replace(edited, `address      = "192.168.1.31"`, `address      = "192.168.1.21"`, 1)
 	_, body = h.post(c, "tenants/lab/edit", url.Values{"_token": {tok}, "base": {tenant.Sum([]byte(edited))}, "text": {cross}}, hdr, true)
-	if !strings.Contains(body, "lab.toml:22:3") || !strings.Contains(body, "192.168.1.21 is already used by node_groups[0].machines[0]") {
+	if !strings.Contains(body, "lab.toml:22:3") || !strings.Contains(body, "192.168.1.21 is already used by group") {
 		t.Fatalf("duplicate address not shown at its line:\n%s", body)
 	}
 }
