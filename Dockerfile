@@ -45,6 +45,12 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 FROM ghcr.io/home-assistant/base:3.24
 ARG BUILD_ARCH
 ARG BUILD_VERSION=dev
+ARG TARGETARCH
+# Network boot (docs/design.md §11.4) serves iPXE to the machines; the
+# responder finds Alpine's build in /usr/share/ipxe (undionly.kpxe for BIOS,
+# ipxe.efi for UEFI). Alpine packages it for x86 only; on arm64 the
+# responder says the binaries are missing and network boot stays off.
+RUN if [ "${TARGETARCH}" = "amd64" ]; then apk add --no-cache ipxe; fi
 # s6 gives a stopping service 3 s by default; a tofu apply needs time to
 # save its state and release its lock (config.yaml timeout: 300).
 ENV S6_SERVICES_GRACETIME=280000 \

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rezuscloud/rezuscloud/internal/config"
 	"github.com/rezuscloud/rezuscloud/internal/control"
 	"github.com/rezuscloud/rezuscloud/internal/hass"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
@@ -64,23 +63,6 @@ func TestBackupPre(t *testing.T) {
 		"new: skipped: no running cluster (phase absent)", "done in"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-}
-
-func TestPanelURL(t *testing.T) {
-	addon := config.Config{AddonMode: true, Panel: config.AddonPanel}
-	for _, tc := range []struct {
-		cfg        config.Config
-		host, want string
-	}{
-		{addon, "a0d7b954-rezuscloud", "homeassistant://hassio/ingress/a0d7b954_rezuscloud"},
-		{addon, "local-rezuscloud", "homeassistant://hassio/ingress/local_rezuscloud"},
-		{addon, "", ""},
-		{config.Config{Panel: config.Panel{Listen: "127.0.0.1:8099"}}, "box", ""},
-	} {
-		if got := panelURL(tc.cfg, tc.host); got != tc.want {
-			t.Errorf("%q: %q, want %q", tc.host, got, tc.want)
 		}
 	}
 }

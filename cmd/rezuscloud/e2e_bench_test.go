@@ -60,7 +60,7 @@ func BenchmarkApplyToRunning(b *testing.B) {
 // devices) announced and idle; it reports the time from the process start
 // to the last device's discovery and the resident memory once idle.
 func BenchmarkFleetIdle(b *testing.B) {
-	var rssKB, anonKB, announce float64
+	var rssKB, anonKB, pssKB, announce float64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		e := newEnv(b, envOptions{tenant: "t00", machines: 1, workers: 0, logLevel: "info"})
@@ -95,9 +95,12 @@ func BenchmarkFleetIdle(b *testing.B) {
 		rssKB += float64(kb)
 		a, _ := procStatus(e.proc.pid(), "RssAnon")
 		anonKB += float64(a)
+		p, _ := procField(e.proc.pid(), "smaps_rollup", "Pss")
+		pssKB += float64(p)
 		e.stop()
 	}
 	b.ReportMetric(announce/float64(b.N), "s-to-announced")
 	b.ReportMetric(rssKB/float64(b.N)/1024, "idle-RSS-MiB")
 	b.ReportMetric(anonKB/float64(b.N)/1024, "idle-anon-MiB")
+	b.ReportMetric(pssKB/float64(b.N)/1024, "idle-PSS-MiB")
 }

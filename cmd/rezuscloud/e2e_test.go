@@ -250,8 +250,12 @@ func vmRSS(pid int) (int, error) { return procStatus(pid, "VmRSS") }
 
 // procStatus reads one kB field of /proc/<pid>/status (VmRSS, RssAnon,
 // RssFile).
-func procStatus(pid int, field string) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func procStatus(pid int, field string) (int, error) { return procField(pid, "status", field) }
+
+// procField reads one kB field of /proc/<pid>/<file> (status, or
+// smaps_rollup for Pss).
+func procField(pid int, file, field string) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0, err
 	}
@@ -515,17 +519,32 @@ type lastOpDoc struct {
 }
 
 type tenantDoc struct {
-	Phase         string         `json:"phase"`
-	NodesReady    int            `json:"nodes_ready"`
-	NodesTotal    int            `json:"nodes_total"`
-	Progress      int            `json:"progress"`
-	Pending       pendingDoc     `json:"pending"`
-	Operation     *string        `json:"operation"`
-	LastOperation *lastOpDoc     `json:"last_operation"`
-	Problem       bool           `json:"problem"`
-	Problems      []string       `json:"problems"`
-	Activity      string         `json:"activity"`
-	Counts        map[string]int `json:"counts"`
+	Phase         string             `json:"phase"`
+	NodesReady    int                `json:"nodes_ready"`
+	NodesTotal    int                `json:"nodes_total"`
+	Progress      int                `json:"progress"`
+	Pending       pendingDoc         `json:"pending"`
+	Operation     *string            `json:"operation"`
+	LastOperation *lastOpDoc         `json:"last_operation"`
+	Problem       bool               `json:"problem"`
+	Problems      []string           `json:"problems"`
+	Activity      string             `json:"activity"`
+	Counts        map[string]int     `json:"counts"`
+	Pools         map[string]poolDoc `json:"pools"`
+}
+
+// poolDoc is a worker pool in the tenant state document.
+type poolDoc struct {
+	Mode       string         `json:"mode"`
+	Decision   string         `json:"decision"`
+	Node       *string        `json:"node"`
+	Reason     string         `json:"reason"`
+	Observe    bool           `json:"observe"`
+	At         *string        `json:"at"`
+	Inputs     map[string]any `json:"inputs"`
+	PowerW     *float64       `json:"power_w"`
+	EnergyKWh  *float64       `json:"energy_kwh"`
+	SolarShare *float64       `json:"solar_share"`
 }
 
 func (d tenantDoc) String() string {
@@ -539,6 +558,8 @@ type nodeDoc struct {
 	Address *string `json:"address"`
 	Role    string  `json:"role"`
 	Group   string  `json:"group"`
+	// Forgettable: unreachable past unreachable_after (Forget machine)
+	Forgettable bool `json:"forgettable"`
 }
 
 type eventDoc struct {

@@ -46,8 +46,13 @@ func startMCP(ctx context.Context, cfg config.Config, log *logging.Logger, comma
 			token = t.Reveal()
 			log.Redactor.Add(token)
 			if created {
-				mlog.Info("generated the MCP token; the panel shows it (or set mcp.token yourself)",
-					zap.String("file", filepath.Join(cfg.DataDir, config.MCPTokenFile)))
+				mlog.Info("generated an MCP token", zap.String("file", filepath.Join(cfg.DataDir, config.MCPTokenFile)))
+			}
+			if cp, err := config.HandOverMCPToken(cfg, t); err != nil {
+				mlog.Warn("the MCP token could not be copied where you can read it: set mcp.token yourself", zap.Error(err))
+			} else if cp != "" {
+				mlog.Info("the generated MCP token is in the add-on's config folder (Samba share app_configs, the folder ending in _rezuscloud); or set mcp.token yourself",
+					zap.String("file", config.MCPTokenCopy))
 			}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"strings"
 
 	tfjson "github.com/hashicorp/terraform-json"
 	"go.uber.org/zap"
@@ -72,18 +71,6 @@ func startPanel(ctx context.Context, cfg config.Config, src web.Source, cmd web.
 			<-d
 		}
 	}
-}
-
-// panelURL is the devices' configuration_url in the add-on: the panel,
-// homeassistant://hassio/ingress/<slug>. The installed slug carries the
-// repository's prefix (a0d7b954_rezuscloud, local_rezuscloud); the
-// container's host name is that slug with "_" as "-" (the Supervisor's
-// App.hostname), and ours has neither. "" outside the Supervisor.
-func panelURL(cfg config.Config, hostname string) string {
-	if !cfg.AddonMode || cfg.Panel.Listen == "" || hostname == "" {
-		return ""
-	}
-	return "homeassistant://hassio/ingress/" + strings.Replace(hostname, "-", "_", 1)
 }
 
 // engineSource is the engine's read API as the panel reads it.

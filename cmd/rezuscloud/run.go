@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -21,7 +22,6 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
 	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
-	"github.com/rezuscloud/rezuscloud/internal/memtrim"
 	"github.com/rezuscloud/rezuscloud/internal/power"
 	"github.com/rezuscloud/rezuscloud/internal/redfish"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
@@ -156,21 +156,28 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	if wsOpts.Enabled() {
 		haClient = wsapi.New(wsOpts, log.Named("websocket"))
 	}
+	// what the worker pools read of Home Assistant (run below)
+	poolInputs := wsapi.NewPoolInputs(haClient, wsapi.PoolInputsOptions{PriceEntity: cfg.Pool.PriceEntity,
+		BatteryEntity: cfg.Pool.BatteryEntity}, log.Named("pool"))
 	eng, err := engine.New(engine.Options{
-		DataDir:         cfg.DataDir,
-		Store:           store,
-		Runner:          runner,
-		Publisher:       &pubs,
-		CloudEnv:        cloudEnv(cfg.Credentials),
-		ParallelApplies: cfg.Tofu.ParallelApplies,
-		TalosPort:       hooks.talosPort,
-		PollInterval:    hooks.pollInterval,
-		ShareDir:        shareDir,
-		SetLogLevel:     log.SetLevel,
-		Wake:            func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac, wol.BroadcastAddr) },
-		Power:           powerOptions(cfg, haClient),
-		Discovery:       engine.DiscoveryOptions{CIDRs: cfg.Discovery.CIDRs, Interval: cfg.Discovery.Every()},
-		Log:             log.Named("engine"),
+		DataDir:          cfg.DataDir,
+		Store:            store,
+		Runner:           runner,
+		Publisher:        &pubs,
+		CloudEnv:         cloudEnv(cfg.Credentials),
+		ParallelApplies:  cfg.Tofu.ParallelApplies,
+		TalosPort:        hooks.talosPort,
+		PollInterval:     hooks.pollInterval,
+		ShareDir:         shareDir,
+		SetLogLevel:      log.SetLevel,
+		Wake:             func(ctx context.Context, mac string) error { return wake(ctx, haClient, mac, wol.BroadcastAddr) },
+		Power:            powerOptions(cfg, haClient),
+		Discovery:        engine.DiscoveryOptions{CIDRs: cfg.Discovery.CIDRs, Interval: cfg.Discovery.Every()},
+		PoolInputs:       poolInputs,
+		PoolInterval:     cfg.Pool.Every(),
+		UnreachableAfter: cfg.Engine.Unreachable(),
+		DriftInterval:    cfg.Engine.Drift(),
+		Log:              log.Named("engine"),
 	})
 	if err != nil {
 		return err
@@ -250,6 +257,11 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 	// AI assistants: the MCP server and the Assist scripts (mcp.go)
 	defer startMCP(ctx, cfg, log, bridge.HandleRequest, eng, haClient)()
 
+	poolCtx, stopPool := context.WithCancel(ctx)
+	poolDone := make(chan struct{})
+	go func() { defer close(poolDone); _ = poolInputs.Run(poolCtx) }()
+	defer func() { stopPool(); <-poolDone }()
+
 	assistCtx, stopAssist := context.WithCancel(ctx)
 	assistDone := make(chan struct{})
 	go func() {
@@ -275,17 +287,14 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		log.Info("no Home Assistant WebSocket API configured: automations use the MQTT request API")
 	}
 
-	// once everything is announced, give back the memory start-up used
-	// (most of it the executable's pages touched once by package init)
+	// once everything is announced, return the heap start-up used to the
+	// system (the anonymous memory a box needs; the executable's clean
+	// pages are the kernel's to reclaim under pressure)
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		_ = bridge.Sync(sctx)
-		if n, err := memtrim.Trim(); err != nil {
-			log.Debug("memory not trimmed", zap.Error(err))
-		} else {
-			log.Debug("memory trimmed after start-up", zap.Int64("mapped_bytes", n))
-		}
+		debug.FreeOSMemory()
 	}()
 	if hooks.started != nil {
 		hooks.started(eng)
@@ -333,6 +342,11 @@ func (f *fanout) SetTenants(vs []tenant.View) {
 }
 func (f *fanout) SetTenant(v tenant.View) { f.bridge.SetTenant(v) }
 func (f *fanout) SetBridgeStatus(n int)   { f.bridge.SetBridgeStatus(n) }
+
+// PublishPoolDecision fires a pool's decision event (engine.PoolPublisher).
+func (f *fanout) PublishPoolDecision(tenantName, group string, st tenant.PoolStatus) {
+	f.bridge.PublishPoolDecision(tenantName, group, st)
+}
 
 // SetMachines shows the machines found on the LAN (engine.MachinePublisher).
 func (f *fanout) SetMachines(ms []talos.Machine) { f.bridge.SetMachines(ms) }

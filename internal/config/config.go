@@ -67,6 +67,7 @@ type Config struct {
 	HomeAssistant HomeAssistant `toml:"homeassistant"`
 	Discovery     Discovery     `toml:"discovery"`
 	Pool          Pool          `toml:"pool"`
+	Engine        Engine        `toml:"engine"`
 	PXE           PXE           `toml:"pxe"`
 	Panel         Panel         `toml:"panel"`
 	MCP           MCP           `toml:"mcp"`
@@ -134,8 +135,8 @@ type MCP struct {
 	Listen string `toml:"listen"`
 }
 
-// DefaultMCPPort is the MCP server's port (config.yaml maps it, unpublished
-// until the user gives it a host port).
+// DefaultMCPPort is the MCP server's port (the add-on runs on the host
+// network, so it is the host's port).
 const DefaultMCPPort = 8097
 
 // SupervisorNetwork is the Supervisor's internal Docker network
@@ -193,6 +194,45 @@ type Pool struct {
 	PriceEntity string `toml:"price_entity"`
 	// BatteryEntity is the home battery's state of charge (%).
 	BatteryEntity string `toml:"battery_entity"`
+	// Interval is how often the pools decide, a Go duration ("30s", the
+	// default; at least 1 s). TOML only: the add-on keeps the default.
+	Interval string `toml:"interval"`
+}
+
+// Every is the pools' decision interval (Validate checked it).
+func (p Pool) Every() time.Duration {
+	v, err := time.ParseDuration(p.Interval)
+	if err != nil || v <= 0 {
+		return 30 * time.Second
+	}
+	return v
+}
+
+// Engine tunes how the engine judges machines and clouds between
+// operations (docs/design.md §11.7). TOML only: the add-on keeps the
+// defaults.
+type Engine struct {
+	// UnreachableAfter is how long a provisioned node may stay silent
+	// before it is a problem and may be forgotten or replaced ("10m").
+	UnreachableAfter string `toml:"unreachable_after"`
+	// DriftInterval is how often an idle cloud tenant is refreshed to
+	// find changes made outside ("1h"; "0" turns it off).
+	DriftInterval string `toml:"drift_interval"`
+}
+
+// Unreachable is the unreachable bound (0: the engine's default).
+func (e Engine) Unreachable() time.Duration {
+	v, _ := time.ParseDuration(e.UnreachableAfter)
+	return v
+}
+
+// Drift is the drift interval: 0 the engine's default, negative off.
+func (e Engine) Drift() time.Duration {
+	if e.DriftInterval == "0" {
+		return -1
+	}
+	v, _ := time.ParseDuration(e.DriftInterval)
+	return v
 }
 
 // entityIDRxp is a Home Assistant entity id: domain.object_id.
@@ -394,6 +434,15 @@ func (c *Config) validate(name func(string) string) error {
 		if v != "" && !entityIDRxp.MatchString(v) {
 			bad(key, "%q is not a Home Assistant entity id like sensor.nordpool_kwh_se3_eur", v)
 		}
+	}
+	if v, err := time.ParseDuration(c.Engine.UnreachableAfter); c.Engine.UnreachableAfter != "" && (err != nil || v < time.Second || v > 7*24*time.Hour) {
+		bad("engine.unreachable_after", "%q must be a duration between 1s and 168h, such as \"10m\"", c.Engine.UnreachableAfter)
+	}
+	if v, err := time.ParseDuration(c.Engine.DriftInterval); c.Engine.DriftInterval != "" && c.Engine.DriftInterval != "0" && (err != nil || v < time.Second || v > 7*24*time.Hour) {
+		bad("engine.drift_interval", "%q must be \"0\" (off) or a duration between 1s and 168h, such as \"1h\"", c.Engine.DriftInterval)
+	}
+	if v, err := time.ParseDuration(c.Pool.Interval); c.Pool.Interval != "" && (err != nil || v < time.Second || v > time.Hour) {
+		bad("pool.interval", "%q must be a duration between 1s and 1h, such as \"30s\"", c.Pool.Interval)
 	}
 	if v, err := time.ParseDuration(c.Discovery.Interval); err != nil || v < 10*time.Second {
 		bad("discovery.interval", "%q must be a duration of at least 10s, such as \"5m\"", c.Discovery.Interval)

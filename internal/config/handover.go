@@ -92,3 +92,30 @@ func HandOverPassphrase(cfg Config, pass Secret) (Handover, error) {
 	}
 	return h, nil
 }
+
+// MCPTokenCopy is the copy of a generated MCP token in the folder the user
+// can open (add-on mode), to paste into the assistant's settings.
+const MCPTokenCopy = "mcp-token.txt"
+
+// HandOverMCPToken keeps a 0600 copy of a generated MCP token in
+// cfg.ConfigDir while the mcp.token option is empty (the data folder that
+// holds it cannot be opened from Home Assistant), and removes the copy once
+// the option holds a token of the user's own. It returns the copy's path
+// ("" when there is none). Outside add-on mode nothing is done: the token
+// file in the data folder is readable where rezuscloud runs.
+func HandOverMCPToken(cfg Config, tok Secret) (string, error) {
+	if cfg.ConfigDir == "" {
+		return "", nil
+	}
+	cp := filepath.Join(cfg.ConfigDir, MCPTokenCopy)
+	if cfg.MCP.Token != "" {
+		if err := os.Remove(cp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("MCP token copy: %w", err)
+		}
+		return "", nil
+	}
+	if err := atomicfile.Write(cp, []byte(tok.Reveal()+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("MCP token copy: %w", err)
+	}
+	return cp, nil
+}

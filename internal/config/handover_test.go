@@ -78,3 +78,34 @@ func TestHandOverPassphrase(t *testing.T) {
 		t.Fatalf("standalone: %+v %v", h, err)
 	}
 }
+
+// TestHandOverMCPToken: in add-on mode a generated MCP token has a 0600
+// copy in the config folder while the option is empty; the copy goes once
+// the option holds a token of the user's own; outside add-on mode nothing
+// is written.
+func TestHandOverMCPToken(t *testing.T) {
+	tok := Secret("generated-token-0123456789abcdef")
+	cfg := Config{DataDir: t.TempDir(), ConfigDir: t.TempDir()}
+	cp, err := HandOverMCPToken(cfg, tok)
+	if err != nil || cp != filepath.Join(cfg.ConfigDir, MCPTokenCopy) {
+		t.Fatalf("copy %q, %v", cp, err)
+	}
+	data, err := os.ReadFile(cp)
+	if err != nil || strings.TrimSpace(string(data)) != tok.Reveal() {
+		t.Fatalf("copy holds %q (%v)", data, err)
+	}
+	if fi, _ := os.Stat(cp); fi.Mode().Perm() != 0o600 {
+		t.Errorf("copy mode %v", fi.Mode().Perm())
+	}
+	cfg.MCP.Token = "the-users-own-token-0123456789ab"
+	if cp, err := HandOverMCPToken(cfg, cfg.MCP.Token); err != nil || cp != "" {
+		t.Fatalf("with the option set: %q, %v", cp, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.ConfigDir, MCPTokenCopy)); !os.IsNotExist(err) {
+		t.Errorf("the copy is still there once the option is set: %v", err)
+	}
+	out := Config{DataDir: t.TempDir()}
+	if cp, err := HandOverMCPToken(out, tok); err != nil || cp != "" {
+		t.Errorf("outside add-on mode: %q, %v", cp, err)
+	}
+}

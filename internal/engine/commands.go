@@ -162,12 +162,14 @@ func (e *Engine) editSpecLocked(name string, write func() (*tenant.Tenant, error
 	if err != nil {
 		return false, err
 	}
-	changed = ts.setSpec(t)
+	changed, react := ts.setSpecReact(t)
 	op, ok := e.reaction(ts) // auto_apply may just have changed
 	if then != nil {
 		op, ok = *then, true
 	} else if !changed {
 		return false, nil // the file watcher noticed the change first and reacted
+	} else if !react {
+		return true, nil // only what the pools read: their next decision uses it
 	}
 	if ok {
 		if err := e.enqueueLocked(ts, op); err != nil {

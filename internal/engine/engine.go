@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rezuscloud/rezuscloud/internal/kube"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
@@ -97,6 +98,14 @@ type Options struct {
 	// Scrub removes secrets from the operations' log lines (nil: none are
 	// registered; tofu redacts sensitive values itself).
 	Scrub func(string) string
+	// PoolInputs is what Home Assistant tells the worker pools (pool.go;
+	// nil: no energy, price or plug readings).
+	PoolInputs PoolInputs
+	// Kube opens a cluster's Kubernetes API from its kubeconfig (nil:
+	// package kube).
+	Kube func(kubeconfig []byte) (Kube, error)
+	// PoolInterval is how often the worker pools decide (default 30 s).
+	PoolInterval time.Duration
 	// Log is the logger (nil: none).
 	Log *zap.Logger
 }
@@ -177,6 +186,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.DriftInterval == 0 {
 		opts.DriftInterval = time.Hour
 	}
+	if opts.PoolInterval <= 0 {
+		opts.PoolInterval = 30 * time.Second
+	}
+	if opts.Kube == nil {
+		opts.Kube = func(kc []byte) (Kube, error) { return kube.New(kc) }
+	}
 	if opts.CloudEnv == nil {
 		opts.CloudEnv = func(tenant.Provider) map[string]string { return nil }
 	}
@@ -229,8 +244,9 @@ func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	pollDone := make(chan struct{})
 	go func() { e.poller.Run(pollCtx); close(pollDone) }()
-	e.wg.Add(3)
+	e.wg.Add(4)
 	go func() { defer e.wg.Done(); e.backupLoop(ctx, e.opts.BackupCheck) }()
+	go func() { defer e.wg.Done(); e.poolLoop(ctx) }()
 	go func() { defer e.wg.Done(); e.clockLoop(ctx) }()
 	go func() { defer e.wg.Done(); e.driftLoop(ctx) }()
 	discDone := e.startDiscovery(ctx) // discover.go
@@ -336,7 +352,7 @@ func (e *Engine) apply(s *tenant.Snapshot) {
 			}
 			ts = e.ensureLocked(name, rec, false)
 		}
-		if ts.setSpec(t) {
+		if _, react := ts.setSpecReact(t); react {
 			changed = append(changed, ts)
 		}
 	}

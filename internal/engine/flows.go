@@ -356,6 +356,7 @@ func (ts *tenantState) recordNodes(ctx context.Context, r *run, p *prepared, pla
 			// the same machine: it has that config, at those versions
 			nr.ConfigHash = old.ConfigHash
 			nr.TalosVersion, nr.KubernetesVersion, nr.KubeletVersion = old.TalosVersion, old.KubernetesVersion, old.KubeletVersion
+			nr.Off = old.Off
 		} else if p.t.Provider != tenant.ProviderMetal {
 			// a new instance booted from its user_data, which is this
 			// config: it is not sent it again
@@ -489,12 +490,12 @@ func (ts *tenantState) configureNodes(ctx context.Context, r *run, p *prepared, 
 	defer cancel()
 	var order []string
 	for _, n := range p.t.Nodes() { // control-plane group first, as declared
-		if _, ok := nodes[n.Name]; ok && n.Role == tenant.RoleControlPlane {
+		if nr, ok := nodes[n.Name]; ok && !nr.Off && n.Role == tenant.RoleControlPlane {
 			order = append(order, n.Name)
 		}
 	}
-	for _, n := range p.t.Nodes() {
-		if _, ok := nodes[n.Name]; ok && n.Role != tenant.RoleControlPlane {
+	for _, n := range p.t.Nodes() { // a machine powered off on purpose stays off
+		if nr, ok := nodes[n.Name]; ok && !nr.Off && n.Role != tenant.RoleControlPlane {
 			order = append(order, n.Name)
 		}
 	}
@@ -711,8 +712,10 @@ func (ts *tenantState) waitRunning(ctx context.Context, r *run, nodes map[string
 	ctx, cancel := context.WithTimeout(ctx, ts.e.opts.NodeTimeout)
 	defer cancel()
 	var names []string
-	for n := range nodes {
-		names = append(names, n)
+	for n, nr := range nodes {
+		if !nr.Off { // powered off on purpose
+			names = append(names, n)
+		}
 	}
 	waiting, err := ts.waitNodes(ctx, names, runningReady)
 	if err != nil {

@@ -134,7 +134,12 @@ func (ts *tenantState) powerOff(ctx context.Context, r *run, node string) (strin
 	if err := c.Off(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s) is shut down, but powering it off failed: %w", node, m.Address, err)
 	}
-	ts.read(ctx, node, target, tc) //nolint:errcheck // the poller sees it silent now
+	if err := ts.setOff(node, true); err != nil {
+		return "", err
+	}
+	// WaitGone saw it stop answering (a read now could meet a connection
+	// the machine has not closed yet): the poller takes it as silent
+	ts.e.poller.Report(pollKey(ts.name, node), talos.Unreachable)
 	if silent {
 		return fmt.Sprintf("node %s did not answer, so it was powered off without a Talos shutdown", node), nil
 	}
@@ -149,6 +154,9 @@ func (ts *tenantState) powerOn(ctx context.Context, r *run, node string) (string
 		return "", err
 	}
 	r.expect(node)
+	if err := ts.setOff(node, false); err != nil {
+		return "", err
+	}
 	if err := c.On(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s): %w", node, m.Address, err)
 	}
@@ -160,6 +168,19 @@ func (ts *tenantState) powerOn(ctx context.Context, r *run, node string) (string
 	}
 	ts.read(ctx, node, target, tc) //nolint:errcheck // the poller sees it answer now
 	return fmt.Sprintf("node %s is powered on and answers", node), nil
+}
+
+// setOff records that a node is powered off on purpose, or no longer.
+func (ts *tenantState) setOff(node string, off bool) error {
+	if nr, ok := ts.recs.get().Nodes[node]; !ok || nr.Off == off {
+		return nil
+	}
+	return ts.recs.save(func(rec *record) {
+		if nr, ok := rec.Nodes[node]; ok {
+			nr.Off = off
+			rec.Nodes[node] = nr
+		}
+	})
 }
 
 func (ts *tenantState) powerTarget(node string) (talos.Target, *tenant.Machine, power.Controller, []byte, error) {

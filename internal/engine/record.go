@@ -89,6 +89,10 @@ type nodeRecord struct {
 	TalosVersion      string `json:"talos_version,omitempty"`
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 	KubeletVersion    string `json:"kubelet_version,omitempty"`
+	// Off: the machine was powered off on purpose (Power off, a worker
+	// pool). An apply leaves it off (it neither wakes it nor waits for
+	// it) and it is no problem that it does not answer; Power on clears it.
+	Off bool `json:"off,omitempty"`
 }
 
 // clone copies a record so it can be read without the tenant's lock.

@@ -58,6 +58,9 @@ func TestForgetAndReplace(t *testing.T) {
 	if ev, _ := r.lastEvent(opForget); !strings.Contains(ev.Message, "answers") {
 		t.Fatalf("forget of a node that answers: %s", ev.Message)
 	}
+	if ph := r.status["lab"].Phase; ph != tenant.PhaseRunning {
+		t.Fatalf("a refused forget left the cluster %s", ph)
+	}
 
 	// a worker dies and is replaced
 	f.sims[2].Die()

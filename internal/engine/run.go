@@ -24,14 +24,15 @@ const (
 	opUpgrade   = "upgrade"
 	opBackup    = "backup"
 	opForget    = "forget"
-	opRefresh   = "refresh"
 )
 
 // converges reports whether an operation brings the tenant to its file
 // (its failure makes the tenant failed, its success ends a failure).
 func converges(op string) bool {
 	switch op {
-	case opPlan, opApply, opDestroy, opBootstrap, opUpgrade, opForget, opReplace:
+	// (a forget changes the file and the record or nothing: a refused one,
+	// say of a node that answers, leaves nothing for Apply to make good)
+	case opPlan, opApply, opDestroy, opBootstrap, opUpgrade, opReplace:
 		return true
 	}
 	return false
@@ -54,6 +55,9 @@ type operation struct {
 	name     string
 	activity string
 	do       func(ctx context.Context, r *run) (string, error)
+	// dropped, when set, is called when the queued operation is dropped
+	// without running (Cancel, a stop)
+	dropped func()
 }
 
 // run is the operation in progress: what it is doing, how far it is, and

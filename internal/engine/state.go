@@ -53,6 +53,14 @@ type tenantState struct {
 	backupLoaded bool               // backup was read from the backup dir
 	backupTried  time.Time          // the last periodic attempt
 
+	// worker pools (pool.go): each pooled group's memory and status, and
+	// the nodes' power-ons (seen as answering again) of the last hour
+	pools    map[string]*poolOf
+	powerOns map[string][]time.Time
+	// kubeClient is the cluster API client of kubeconfig kubeFor
+	kubeClient Kube
+	kubeFor    []byte
+
 	pubMu sync.Mutex   // orders publications
 	shown *tenant.View // the view last handed to the publisher
 }
@@ -101,6 +109,15 @@ func (ts *tenantState) factsLocked() facts {
 	for n, o := range ts.obs {
 		f.obs[n] = o
 	}
+	for g, p := range ts.pools {
+		if p.status.Decision == "" {
+			continue
+		}
+		if f.pools == nil {
+			f.pools = map[string]tenant.PoolStatus{}
+		}
+		f.pools[g] = p.status
+	}
 	if r := ts.run; r != nil {
 		rf := runFacts{name: r.name, creating: r.creating, activity: r.activity, step: r.step, progress: r.progress, problem: r.problem,
 			intents: make(map[string]intent, len(r.intents))}
@@ -145,24 +162,37 @@ func (ts *tenantState) changed() {
 // setSpec takes a new version of the tenant file; it reports a change.
 // Called with e.mu held.
 func (ts *tenantState) setSpec(t *tenant.Tenant) bool {
+	changed, _ := ts.setSpecReact(t)
+	return changed
+}
+
+// setSpecReact is setSpec that also reports whether the change calls for
+// the file's reaction (a plan, or an apply with auto_apply): not when only
+// what the worker pools read changed (tenant.OnlyPoolsDiffer).
+func (ts *tenantState) setSpecReact(t *tenant.Tenant) (changed, react bool) {
 	raw := t.Source
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	var changed bool
+	var before *tenant.Tenant
 	if ts.spec == nil && !ts.seen {
 		// first sight since start-up: a change only if the file differs
 		// from the spec last applied (a restart alone runs nothing)
 		rec := ts.recs.get()
 		changed = len(rec.Spec) > 0 && !bytes.Equal(raw, rec.Spec)
+		if changed {
+			before, _ = tenant.Parse(t.Path, rec.Spec)
+		}
 	} else {
 		changed = ts.spec == nil || !bytes.Equal(raw, ts.specRaw)
+		before = ts.spec
 	}
 	ts.seen = true
 	ts.spec, ts.specRaw = t, raw
-	if changed {
+	react = changed && !tenant.OnlyPoolsDiffer(before, t)
+	if react {
 		ts.plan = nil // a plan is only good for the spec it was made from
 	}
-	return changed
+	return changed, react
 }
 
 // removeSpec handles a removed tenant file: a tenant with infrastructure
@@ -254,6 +284,15 @@ func (ts *tenantState) observe(node string, st talos.NodeState) {
 	o, ok := ts.obs[node]
 	if !ok || o.st.Stage != st.Stage || o.st.Ready != st.Ready {
 		o.since = now
+	}
+	switch away := st.Stage == talos.Unreachable.Stage; {
+	case away && ok && o.st.Stage != talos.Unreachable.Stage:
+		o.left = o.st.Stage
+	case !away && ok && o.st.Stage == talos.Unreachable.Stage:
+		if poweredOn(o.left) {
+			ts.notePowerOnLocked(node, now)
+		}
+		o.left = ""
 	}
 	o.st = st
 	if st.TalosVersion != "" {
@@ -380,7 +419,10 @@ func (ts *tenantState) recover() {
 func (ts *tenantState) drain() {
 	for {
 		select {
-		case <-ts.queue:
+		case op := <-ts.queue:
+			if op != nil && op.dropped != nil {
+				op.dropped()
+			}
 			continue
 		default:
 		}

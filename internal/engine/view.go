@@ -33,8 +33,9 @@ type facts struct {
 	// recovering: a tofu an earlier rezuscloud left running is being
 	// waited for before the tenant takes operations
 	recovering bool
-	recoverErr string // the workspace could not be recovered at start-up
-	queued     int    // operations waiting behind the running one
+	recoverErr string                       // the workspace could not be recovered at start-up
+	queued     int                          // operations waiting behind the running one
+	pools      map[string]tenant.PoolStatus // the worker pools' last decisions
 	now        time.Time
 	opts       viewOptions
 }
@@ -88,6 +89,9 @@ type nodeObs struct {
 	// talosVersion and kubeletVersion are the last versions it reported
 	// (kept while it does not answer).
 	talosVersion, kubeletVersion string
+	// left is the stage the node was last seen in before it stopped
+	// answering ("" while it answers)
+	left tenant.Stage
 }
 
 // planFacts is a pending plan, as far as the view needs it.
@@ -143,7 +147,7 @@ func view(f facts) tenant.View {
 		}
 	}
 
-	st := tenant.Status{Pending: pending(f), LastOperation: f.rec.LastOperation, Progress: f.last.progress, Queued: f.queued}
+	st := tenant.Status{Pending: pending(f), LastOperation: f.rec.LastOperation, Progress: f.last.progress, Queued: f.queued, Pools: f.pools}
 	if shown != nil {
 		st.TalosVersion, st.KubernetesVersion = shown.TalosVersion, shown.KubernetesVersion
 		st.Provider, st.AutoApply = shown.Provider, shown.AutoApply
@@ -181,6 +185,9 @@ func view(f facts) tenant.View {
 		}
 		if _, busy := intents[n]; busy {
 			continue
+		}
+		if f.rec.Nodes[n].Off && ns.Stage == tenant.StageUnreachable {
+			continue // powered off on purpose
 		}
 		if !(ns.Ready && ns.Stage == tenant.StageRunning) {
 			down = append(down, n)
@@ -271,13 +278,20 @@ func nodeView(f facts, name string, decl *tenant.Node) tenant.NodeStatus {
 		s.Stage = tenant.StagePending
 	}
 	s.Power = s.Stage.Power()
-	if recorded && observed && o.st.Stage == tenant.StageUnreachable && !intended {
+	if recorded && observed && o.st.Stage == tenant.StageUnreachable && !intended && !nr.Off {
 		s.UnreachableSince = o.since
-		s.Forgettable = f.opts.unreachableAfter > 0 && f.now.Sub(o.since) >= f.opts.unreachableAfter
+		// the button only where Forget can act: a metal worker (a control
+		// plane is replaced, a cloud server is the provider's)
+		s.Forgettable = deadFor(f, o.since) && s.Role == tenant.RoleWorker && providerOf(f) == tenant.ProviderMetal
 	}
 	return s
 }
 
+// deadFor reports a node silent since since for longer than
+// unreachable_after.
+func deadFor(f facts, since time.Time) bool {
+	return f.opts.unreachableAfter > 0 && f.now.Sub(since) >= f.opts.unreachableAfter
+}
 
 func providerOf(f facts) tenant.Provider {
 	if f.spec != nil {
@@ -370,8 +384,16 @@ func problems(f facts, st tenant.Status, nodes map[string]tenant.NodeStatus, dow
 	}
 	var dead []string
 	for n, ns := range nodes {
-		if ns.Forgettable {
+		switch {
+		case ns.UnreachableSince.IsZero() || !deadFor(f, ns.UnreachableSince):
+		case ns.Forgettable:
 			dead = append(dead, fmt.Sprintf("node %s has not answered since %s: bring it back, replace it or forget it",
+				n, ns.UnreachableSince.UTC().Format(time.RFC3339)))
+		case providerOf(f) == tenant.ProviderMetal:
+			dead = append(dead, fmt.Sprintf("node %s has not answered since %s: bring it back or replace it",
+				n, ns.UnreachableSince.UTC().Format(time.RFC3339)))
+		default:
+			dead = append(dead, fmt.Sprintf("node %s has not answered since %s: check its server in the cloud (one deleted outside shows as drift)",
 				n, ns.UnreachableSince.UTC().Format(time.RFC3339)))
 		}
 	}

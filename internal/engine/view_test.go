@@ -301,6 +301,16 @@ func TestViewDeadNodeForgettable(t *testing.T) {
 	if !view(f).Nodes["lab-workers-2"].Forgettable {
 		t.Error("not forgettable after unreachable_after")
 	}
+	// a dead control plane is a problem that says replace, never a Forget
+	// button (Forget refuses control planes)
+	f.obs = map[string]nodeObs{"lab-cp-1": obsOf(tenant.StageUnreachable, viewNow.Add(-20*time.Minute))}
+	v := view(f)
+	if v.Nodes["lab-cp-1"].Forgettable {
+		t.Error("a dead control plane is forgettable")
+	}
+	if p := strings.Join(v.Status.Problems, " "); !strings.Contains(p, "lab-cp-1") || !strings.Contains(p, "replace it") || strings.Contains(p, "forget it") {
+		t.Errorf("dead control plane: problems %q", v.Status.Problems)
+	}
 }
 
 // TestViewVersions: the running versions are the lowest the nodes report,
@@ -317,5 +327,37 @@ func TestViewVersions(t *testing.T) {
 	f.rec = record{}
 	if st := view(f).Status; st.TalosVersionRunning != "" {
 		t.Errorf("running version %q before the cluster exists", st.TalosVersionRunning)
+	}
+}
+
+// TestViewPoweredOffOnPurpose: a worker powered off on purpose (Power off,
+// a pool) that does not answer keeps the cluster running: it is not down,
+// not a problem and never forgettable; the same silence without the fact
+// is a degraded cluster with a dead node. The pools' last decisions are
+// in the status.
+func TestViewPoweredOffOnPurpose(t *testing.T) {
+	rec := bootRec.clone()
+	rec.Nodes = nodes(three...)
+	obs := all(running(), three...)
+	obs["lab-workers-2"] = obsOf(tenant.StageUnreachable, viewNow.Add(-time.Hour))
+	pools := map[string]tenant.PoolStatus{"workers": {Mode: tenant.PoolOn, Decision: "remove", Node: "lab-workers-2"}}
+	f := facts{name: "lab", spec: viewTenant(2), rec: rec, obs: obs, now: viewNow, pools: pools,
+		opts: viewOptions{talosPort: 50000, unreachableAfter: 10 * time.Minute}}
+
+	v := view(f)
+	if v.Status.Phase != tenant.PhaseDegraded || !v.Nodes["lab-workers-2"].Forgettable || !v.Status.Problem {
+		t.Fatalf("silent without the fact: phase %s, forgettable %v, problems %v", v.Status.Phase, v.Nodes["lab-workers-2"].Forgettable, v.Status.Problems)
+	}
+	nr := rec.Nodes["lab-workers-2"]
+	nr.Off = true
+	rec.Nodes["lab-workers-2"] = nr
+	f.rec = rec
+	v = view(f)
+	ns := v.Nodes["lab-workers-2"]
+	if v.Status.Phase != tenant.PhaseRunning || v.Status.Problem || ns.Forgettable || ns.Power != "off" || v.Status.NodesReady != 2 {
+		t.Errorf("off on purpose: phase %s, problems %v, node %+v, ready %d", v.Status.Phase, v.Status.Problems, ns, v.Status.NodesReady)
+	}
+	if p := v.Status.Pools["workers"]; p.Decision != "remove" || p.Node != "lab-workers-2" {
+		t.Errorf("pools %+v", v.Status.Pools)
 	}
 }

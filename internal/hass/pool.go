@@ -26,15 +26,6 @@ import (
 // ActionPool is the request that sets a pool's mode, min and max.
 const ActionPool = "pool"
 
-// PoolCommander is the engine's pool command: it writes the given values
-// (nil: unchanged) into the group's [node_groups.pool] table in place
-// (tenant.Store.SetPool) and refuses what the file would not validate.
-// It is apart from Commander until the engine implements it; a Commander
-// without it refuses pool requests.
-type PoolCommander interface {
-	Pool(ctx context.Context, tenant, group string, mode *string, min, max *int) error
-}
-
 var (
 	poolModeOptions = enumOptions(tenant.PoolModes)
 	// poolDecisions are the decision sensor's states and the event
@@ -200,11 +191,7 @@ func poolBoundRequest(isMax bool) func(*Bridge, ref, string) (Request, error) {
 
 // callPool runs a pool request.
 func callPool(ctx context.Context, c Commander, r Request) (any, error) {
-	pc, ok := c.(PoolCommander)
-	if !ok {
-		return nil, errors.New("pools are not supported by this engine")
-	}
-	if err := pc.Pool(ctx, r.Tenant, r.Group, r.Mode, r.Min, r.Max); err != nil {
+	if err := c.Pool(ctx, r.Tenant, r.Group, r.Mode, r.Min, r.Max); err != nil {
 		return nil, err
 	}
 	data := map[string]any{"tenant": r.Tenant, "group": r.Group}

@@ -13,10 +13,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
-// poolCmd is the fake engine with the pool command.
-type poolCmd struct{ *fakeCmd }
-
-func (p poolCmd) Pool(_ context.Context, t, g string, mode *string, min, max *int) error {
+func (p *fakeCmd) Pool(_ context.Context, t, g string, mode *string, min, max *int) error {
 	s := func(v any) string {
 		switch x := v.(type) {
 		case *string:
@@ -45,7 +42,7 @@ func pooledLab() *tenant.Tenant {
 // for the pooled group, and show the engine's pool status.
 func TestPoolEntities(t *testing.T) {
 	m := broker(t)
-	b := startBridge(t, fastOptions(m.URL), poolCmd{newFakeCmd()}, []*tenant.Tenant{pooledLab()})
+	b := startBridge(t, fastOptions(m.URL), newFakeCmd(), []*tenant.Tenant{pooledLab()})
 	at := time.Date(2026, 6, 21, 10, 5, 0, 0, time.FixedZone("CEST", 7200))
 	setStatus(b, "lab", tenant.Status{Phase: tenant.PhaseRunning, Pools: map[string]tenant.PoolStatus{"workers": {
 		Mode: tenant.PoolOn, Decision: "add", Node: "lab-workers-2", Reason: "420 W to spare covers one more worker (60 W) for 10m0s",
@@ -141,7 +138,7 @@ func TestPoolEntities(t *testing.T) {
 // request API takes them with their syntax checked.
 func TestPoolCommands(t *testing.T) {
 	m := broker(t)
-	cmd := poolCmd{newFakeCmd()}
+	cmd := newFakeCmd()
 	startBridge(t, fastOptions(m.URL), cmd, []*tenant.Tenant{pooledLab()})
 	publish(t, m.URL, "rezuscloud/lab/workers/pool/set", []byte("on"), false)
 	cmd.waitCall(t, "pool lab workers on - -")
@@ -185,21 +182,13 @@ func TestPoolCommands(t *testing.T) {
 		}
 	}
 	cmd.noCall(t, 100*time.Millisecond)
-
-	// an engine without the pool command refuses, saying so
-	b2 := New(fastOptions(m.URL), newFakeCmd(), nil)
-	mode := "on"
-	if r := b2.HandleRequest(context.Background(), Request{Action: ActionPool, Tenant: "lab", Group: "workers", Mode: &mode}); r.OK() ||
-		!strings.Contains(r.Error, "not supported") {
-		t.Errorf("without PoolCommander: %+v", r)
-	}
 }
 
 // TestPoolDecisionEvents: decisions fire the event entity, not retained,
 // on the group's topic; a group without a pool gets none.
 func TestPoolDecisionEvents(t *testing.T) {
 	m := broker(t)
-	b := startBridge(t, fastOptions(m.URL), poolCmd{newFakeCmd()}, []*tenant.Tenant{pooledLab()})
+	b := startBridge(t, fastOptions(m.URL), newFakeCmd(), []*tenant.Tenant{pooledLab()})
 	obs := newObserver(t, m.URL, "rezuscloud/lab/+/pool/event")
 	at := time.Date(2026, 6, 21, 18, 20, 0, 0, time.UTC)
 	b.PublishPoolDecision("lab", "workers", tenant.PoolStatus{Decision: "remove", Node: "lab-workers-1",

@@ -3,6 +3,7 @@ package hass
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -83,14 +84,24 @@ func TestNetworkBootEntities(t *testing.T) {
 	}
 
 	// the switch reaches the responder; a bad payload does not
-	for _, p := range []string{"OFF", "maybe", "ON"} {
+	// (commands are handled concurrently: wait for each before the next)
+	for i, p := range []string{"OFF", "maybe", "ON"} {
 		if tok := obs.c.Publish(sw["command_topic"].(string), 1, false, p); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Fatal(tok.Error())
 		}
+		if i == 0 {
+			testenv.WaitFor(t, 5*time.Second, "the OFF command", func() bool { mu.Lock(); defer mu.Unlock(); return len(windows) == 1 })
+		}
 	}
-	testenv.WaitFor(t, 5*time.Second, "the switch's commands", func() bool { mu.Lock(); defer mu.Unlock(); return len(windows) == 2 })
-	if windows[0] || !windows[1] {
-		t.Fatalf("window commands %v, want OFF then ON", windows)
+	testenv.WaitFor(t, 5*time.Second, "the switch's commands", func() bool { mu.Lock(); defer mu.Unlock(); return len(windows) >= 2 })
+	mu.Lock()
+	got := slices.Clone(windows)
+	mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("window commands %v: the bad payload reached the responder", got)
+	}
+	if got[0] || !got[1] {
+		t.Fatalf("window commands %v, want OFF then ON", got)
 	}
 
 	// events, not retained, with their attributes

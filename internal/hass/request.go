@@ -22,8 +22,9 @@ import (
 // MaxPayload is the largest command or request payload accepted (64 KiB).
 const MaxPayload = 64 << 10
 
-// Request actions (docs/design.md §4, contract; auto_apply and log_level are
-// additions that mirror the switch and the select).
+// Request actions (docs/design.md §4, §10.2–§10.5, §11.2, §11.7, contract;
+// auto_apply and log_level are additions that mirror the switch and the
+// select).
 const (
 	ActionApply     = "apply"
 	ActionPlan      = "plan"
@@ -106,7 +107,8 @@ func done(f func(context.Context, Commander, Request) error) func(context.Contex
 	}
 }
 
-// actions is the action table (docs/design.md §4).
+// actions is the action table (docs/design.md §4 and the later sections
+// that add actions).
 var actions = map[string]action{
 	ActionApply: {fields: fTenant, call: queued(func(ctx context.Context, c Commander, r Request) error {
 		return c.Apply(ctx, r.Tenant)
@@ -217,6 +219,10 @@ type Commander interface {
 	// scan found in a dead node's place.
 	Forget(ctx context.Context, tenant, node string, confirm bool) error
 	Replace(ctx context.Context, tenant, node, mac string) error
+	// Pool writes a pooled group's mode, min and max (nil: unchanged) into
+	// its [node_groups.pool] table in place, refusing what the file would
+	// not validate (pool.go).
+	Pool(ctx context.Context, tenant, group string, mode *string, min, max *int) error
 }
 
 // Request is a decoded, syntactically valid request (package command:

@@ -27,8 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -50,10 +50,12 @@ const evictParallel = 8
 // pollInterval is how often the waits (WaitReady, Drain) look again.
 const pollInterval = 50 * time.Millisecond
 
-// Client is one cluster's API.
+// Client is one cluster's API: only the core and policy groups (rest.go).
 type Client struct {
-	cs   kubernetes.Interface
-	host string
+	core   coreAPI
+	policy policyAPI
+	cfg    *rest.Config
+	host   string
 }
 
 // New connects through a kubeconfig (its current context). Nothing is sent
@@ -84,15 +86,25 @@ func NewForConfig(cfg *rest.Config) (*Client, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "rezuscloud"
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	s, err := newScheme()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes types: %w", err)
+	}
+	pc := runtime.NewParameterCodec(s)
+	core, err := restFor(cfg, s, corev1.SchemeGroupVersion, "/api")
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return &Client{cs: cs, host: cfg.Host}, nil
+	policy, err := restFor(cfg, s, policyv1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return &Client{core: coreAPI{core, pc}, policy: policyAPI{policy, pc}, cfg: cfg, host: cfg.Host}, nil
 }
 
-// Clientset is the underlying client-go clientset.
-func (c *Client) Clientset() kubernetes.Interface { return c.cs }
+// RESTConfig is the client-go config the client was made with (a copy),
+// for a caller that needs other API groups.
+func (c *Client) RESTConfig() *rest.Config { return rest.CopyConfig(c.cfg) }
 
 // Host is the API server's URL.
 func (c *Client) Host() string { return c.host }
@@ -159,7 +171,7 @@ type PendingPod struct {
 // (PodScheduled=False, reason Unschedulable) for at least delay at now,
 // longest waiting first. Pods held by scheduling gates are not pending.
 func (c *Client) Pending(ctx context.Context, now time.Time, delay time.Duration) ([]PendingPod, error) {
-	list, err := c.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	list, err := c.core.Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
 			fields.OneTermEqualSelector("spec.nodeName", ""),
 			fields.OneTermEqualSelector("status.phase", string(corev1.PodPending)),
@@ -234,7 +246,40 @@ type Node struct {
 	Pods []PodRef
 	// DaemonSetPods counts the DaemonSet pods bound to it.
 	DaemonSetPods int
+	// Unowned counts the Pods no controller owns: evicted, they would not
+	// come back elsewhere.
+	Unowned int
+	// Allocatable is what the node offers pods; Requested what every pod
+	// bound to it requests (DaemonSets too); Moving what its Pods request
+	// (what a drain moves elsewhere).
+	Allocatable, Requested, Moving Resources
 }
+
+// Resources are amounts of cpu and memory.
+type Resources struct {
+	MilliCPU, MemoryBytes int64
+}
+
+// Add is r plus o.
+func (r Resources) Add(o Resources) Resources {
+	return Resources{r.MilliCPU + o.MilliCPU, r.MemoryBytes + o.MemoryBytes}
+}
+
+// Free is what is left of the node's allocatable (never negative).
+func (n Node) Free() Resources {
+	return Resources{max(0, n.Allocatable.MilliCPU-n.Requested.MilliCPU), max(0, n.Allocatable.MemoryBytes-n.Requested.MemoryBytes)}
+}
+
+// Fits reports whether r fits into free (in sum: the scheduler may still
+// find no single node for a pod, which then shows as pending).
+func (r Resources) Fits(free Resources) bool {
+	return r.MilliCPU <= free.MilliCPU && r.MemoryBytes <= free.MemoryBytes
+}
+
+// Drainable reports whether a drain would move everything the node runs
+// elsewhere: every pod has a controller (PodDisruptionBudgets are asked
+// at the drain itself).
+func (n Node) Drainable() bool { return n.Unowned == 0 }
 
 // Empty reports whether the node runs nothing but DaemonSets and static
 // pods.
@@ -242,11 +287,11 @@ func (n Node) Empty() bool { return len(n.Pods) == 0 }
 
 // Nodes lists every node with what it runs, by name.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
-	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := c.core.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, c.wrap(ctx, err, "list nodes")
 	}
-	pods, err := c.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	pods, err := c.core.Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermNotEqualSelector("spec.nodeName", "").String(),
 	})
 	if err != nil {
@@ -268,7 +313,7 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 // Node is one node with what it runs; a node that does not exist is an
 // error for which apierrors.IsNotFound holds.
 func (c *Client) Node(ctx context.Context, name string) (Node, error) {
-	n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := c.core.Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Node{}, c.wrap(ctx, err, "node %s", name)
 	}
@@ -280,7 +325,7 @@ func (c *Client) Node(ctx context.Context, name string) (Node, error) {
 }
 
 func (c *Client) podsOn(ctx context.Context, node string) ([]*corev1.Pod, error) {
-	list, err := c.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	list, err := c.core.Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
@@ -295,14 +340,24 @@ func (c *Client) podsOn(ctx context.Context, node string) ([]*corev1.Pod, error)
 
 func nodeOf(n *corev1.Node, pods []*corev1.Pod) Node {
 	_, cp := n.Labels[LabelControlPlane]
-	out := Node{Name: n.Name, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, ControlPlane: cp}
+	out := Node{Name: n.Name, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, ControlPlane: cp,
+		Allocatable: Resources{n.Status.Allocatable.Cpu().MilliValue(), n.Status.Allocatable.Memory().Value()}}
 	for _, p := range pods {
+		if finished(p) {
+			continue
+		}
+		cpu, mem := requests(p)
+		out.Requested = out.Requested.Add(Resources{cpu, mem})
 		switch {
-		case finished(p) || isMirror(p):
+		case isMirror(p):
 		case isDaemonSet(p):
 			out.DaemonSetPods++
 		default:
 			out.Pods = append(out.Pods, refOf(p))
+			out.Moving = out.Moving.Add(Resources{cpu, mem})
+			if metav1.GetControllerOf(p) == nil {
+				out.Unowned++
+			}
 		}
 	}
 	slices.SortFunc(out.Pods, func(a, b PodRef) int { return strings.Compare(a.String(), b.String()) })
@@ -344,7 +399,7 @@ func (c *Client) Uncordon(ctx context.Context, node string) error {
 
 func (c *Client) setUnschedulable(ctx context.Context, node string, on bool) error {
 	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
-	_, err := c.cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	_, err := c.core.Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	what := "uncordon"
 	if on {
 		what = "cordon"
@@ -362,7 +417,7 @@ func (c *Client) WaitReady(ctx context.Context, node string, timeout time.Durati
 	defer tick.Stop()
 	var last error
 	for {
-		n, err := c.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := c.core.Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
 		case err == nil && nodeReady(n):
 			return nil
@@ -433,7 +488,7 @@ func (e *BlockedError) Error() string {
 func (c *Client) Evict(ctx context.Context, namespace, name string) error {
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	// what PolicyV1().Evictions().Evict sends, without its retries
-	err := c.cs.PolicyV1().RESTClient().Post().AbsPath("/api/v1").
+	err := c.policy.RESTClient().Post().AbsPath("/api/v1").
 		Namespace(namespace).Resource("pods").Name(name).SubResource("eviction").
 		MaxRetries(0).Body(ev).Do(ctx).Error()
 	switch {
@@ -470,11 +525,11 @@ func (c *Client) blockingPDB(ctx context.Context, namespace, pod, msg string) st
 			return name
 		}
 	}
-	p, err := c.cs.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	p, err := c.core.Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return ""
 	}
-	pdbs, err := c.cs.PolicyV1().PodDisruptionBudgets(namespace).List(ctx, metav1.ListOptions{})
+	pdbs, err := c.policy.PodDisruptionBudgets(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return ""
 	}
@@ -631,7 +686,7 @@ func (c *Client) checkBudgets(ctx context.Context, victims []*corev1.Pod) error 
 		if _, ok := byNS[p.Namespace]; ok {
 			continue
 		}
-		list, err := c.cs.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
+		list, err := c.policy.PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return c.wrap(ctx, err, "drain: list PodDisruptionBudgets in %s", p.Namespace)
 		}

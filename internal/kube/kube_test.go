@@ -52,7 +52,11 @@ func startCluster(t testing.TB) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{env: env, c: c, cs: c.Clientset(), kubelets: kubelets}
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{env: env, c: c, cs: cs, kubelets: kubelets}
 }
 
 // node starts a simulated kubelet.

@@ -133,7 +133,7 @@ func metalView(name string) mcp.View {
 		NodesReady: 3, NodesTotal: 3, TalosVersion: "v1.13.0", KubernetesVersion: "1.35.0",
 		TalosVersionRunning: "v1.13.0", KubernetesVersionRunning: "1.35.0",
 		LastOperation: &tenant.OperationResult{Name: "apply", Result: tenant.ResultSucceeded, At: at, Message: "3 nodes running"},
-		Summary: "Lab is running, 3 of 3 nodes ready."}}
+		Summary:       "Lab is running, 3 of 3 nodes ready."}}
 }
 
 // cloudView is a running OpenStack cluster with one worker group.

@@ -14,7 +14,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 )
 
-// NodeState is what a node reports about itself (DESIGN §4 node stages).
+// NodeState is what a node reports about itself (docs/design.md §4 node stages).
 type NodeState struct {
 	Stage tenant.Stage `json:"stage"`
 	// Ready is true only in stage running with every readiness check met.

@@ -3,7 +3,9 @@ package tenant
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -268,4 +270,30 @@ type PoolStatus struct {
 	PowerW     float64 `json:"power_w"`
 	EnergyKWh  float64 `json:"energy_kwh"`
 	SolarShare float64 `json:"solar_share"`
+}
+
+// OnlyPoolsDiffer reports whether a and b differ at most in what the
+// worker pools read: the pool tables and the machines' power sensors. Such
+// a change (a pool's mode, min or max from Home Assistant) needs no plan
+// or apply: the next decision uses it.
+func OnlyPoolsDiffer(a, b *Tenant) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	return reflect.DeepEqual(withoutPools(a), withoutPools(b))
+}
+
+func withoutPools(t *Tenant) Tenant {
+	c := *t
+	c.Path, c.Source = "", nil
+	c.NodeGroups = make([]NodeGroup, len(t.NodeGroups))
+	for i, g := range t.NodeGroups {
+		g.Pool = nil
+		g.Machines = slices.Clone(g.Machines)
+		for j := range g.Machines {
+			g.Machines[j].PowerSensor = ""
+		}
+		c.NodeGroups[i] = g
+	}
+	return c
 }

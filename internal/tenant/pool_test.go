@@ -210,3 +210,40 @@ func TestSetPool(t *testing.T) {
 		t.Fatalf("inline min: %v", err)
 	}
 }
+
+// TestOnlyPoolsDiffer: a change of a pool table or a power sensor needs no
+// apply; any other change does.
+func TestOnlyPoolsDiffer(t *testing.T) {
+	parse := func(src string) *Tenant {
+		t.Helper()
+		tn, err := Parse("lab.toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tn
+	}
+	base := parse(goodPool)
+	for _, tc := range []struct {
+		name, from, to string
+		only           bool
+	}{
+		{"mode", `mode = "observe"`, `mode = "on"`, true},
+		{"max", "max = 3", "max = 2", true},
+		{"power sensor", "sensor.rack_plug_1_power", "sensor.rack_plug_9_power", true},
+		{"comment", "# off | observe | on", "# changed", true},
+		{"machine", "count = 1\n  [[node_groups.machines]]", "count = 1\n  [[node_groups.machines]]\n  mac = \"aa:bb:cc:dd:ee:21\"", false},
+		{"power", "switch.rack_plug_2", "switch.rack_plug_7", false},
+		{"version", `kubernetes_version = "1.35.0"`, `kubernetes_version = "1.35.1"`, false},
+	} {
+		if !strings.Contains(goodPool, tc.from) {
+			t.Fatalf("%s: %q not in the file", tc.name, tc.from)
+		}
+		changed := parse(strings.Replace(goodPool, tc.from, tc.to, 1))
+		if got := OnlyPoolsDiffer(base, changed); got != tc.only {
+			t.Errorf("%s: OnlyPoolsDiffer = %v, want %v", tc.name, got, tc.only)
+		}
+	}
+	if OnlyPoolsDiffer(base, nil) {
+		t.Error("nil differs")
+	}
+}

@@ -355,7 +355,6 @@ const (
 	ActivityRebooting  = "rebooting"
 	ActivityPowering   = "powering"
 	ActivityRepairing  = "repairing"
-	ActivityChecking   = "checking"
 )
 
 // View is one tenant as Home Assistant shows it: the file it is shown from

@@ -100,6 +100,9 @@ func (w *Workspace) newError(op string, code int, diags []Diagnostic, stderr str
 	case providerFailure(diags):
 		e.Causes = append(e.Causes, ErrProvider)
 	}
+	if w.r.store.Unsaved(w.name) {
+		e.Causes = append(e.Causes, ErrStateUnsaved)
+	}
 	if cause != nil {
 		e.Causes = append(e.Causes, cause)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -262,6 +263,70 @@ func TestFullDiskDuringApply(t *testing.T) {
 	}
 	if !r.Store().HasReserve() {
 		t.Error("the reserve was not restored after space was freed")
+	}
+}
+
+// TestFullDiskWithoutReserve (issue 19 item 9): on a data folder too
+// small for the reserve, the disk fills up during an apply. The state tofu
+// could not upload is held in memory, the error names the full data folder
+// (not "exit status 1"), and once space is freed the next plan creates
+// nothing again: what the failed apply created is tracked.
+func TestFullDiskWithoutReserve(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs as the data dir")
+	}
+	ctx := context.Background()
+	mnt := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); the full-disk test needs one", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	r := newRunner(t, mnt, nil)
+	if r.Store().HasReserve() {
+		t.Fatal("a reserve on a data dir too small for it")
+	}
+	fill := filepath.Join(mnt, "fill")
+	doc := []byte(`{"resource":{"terraform_data":{
+		"r00":{"input":"a"},
+		"r01":{"input":"b"},
+		"filler":{"depends_on":["terraform_data.r00","terraform_data.r01"],
+			"provisioner":[{"local-exec":{"command":"cat /dev/zero > ` + fill + ` 2>/dev/null; true"}}]},
+		"after":{"input":"c","depends_on":["terraform_data.filler"]}}}}`)
+	ws := workspace(t, r, "lab", doc)
+	plan, err := ws.Plan(ctx, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ws.Apply(ctx, plan, RunOptions{})
+	if err == nil || !(errors.Is(err, ErrStateUnsaved) || errors.Is(err, ErrDiskFilled)) || !strings.Contains(err.Error(), "data folder") {
+		t.Fatalf("apply on a full disk without a reserve: %v, want it to name the full data folder", err)
+	}
+	t.Logf("apply on a full disk without a reserve: %v", err)
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	plan, err = ws.Plan(ctx, RunOptions{})
+	if err != nil {
+		t.Fatalf("plan after freeing space: %v", err)
+	}
+	for _, c := range plan.Changes {
+		if c.Action == "create" && (c.Address == "terraform_data.r00" || c.Address == "terraform_data.r01") {
+			t.Fatalf("the failed apply's resources are tracked nowhere: the plan creates %s again (%+v)", c.Address, plan.Summary)
+		}
+	}
+	if r.Store().Unsaved("lab") {
+		t.Error("the held state was not written once there was room")
+	}
+	if _, ok, err := r.Store().Get("lab"); !ok || err != nil {
+		t.Errorf("no stored state after freeing space: %v", err)
 	}
 }
 

@@ -131,15 +131,26 @@ func (r *Runner) privatize(dirs ...string) {
 	}
 }
 
-// keepReserve puts the state store's disk-space reserve back after a full
-// disk used it, and says so while it cannot.
-func (r *Runner) keepReserve() {
+// keepReserve writes the states a full disk refused where there is room
+// now (returning the tenants it wrote) and puts the state store's
+// disk-space reserve back after a full disk used it, saying so while it
+// cannot.
+func (r *Runner) keepReserve() (written []string) {
+	written, left := r.store.FlushUnsaved()
+	if len(left) > 0 {
+		r.log.Error("the data folder is full: the OpenTofu state of these tenants is held in memory only; free space now (a restart would lose it)",
+			zap.Strings("tenants", left))
+	}
+	if len(written) > 0 {
+		r.log.Warn("the data folder filled up: the OpenTofu state held in memory is written now", zap.Strings("tenants", written))
+	}
 	if r.store.HasReserve() {
-		return
+		return written
 	}
 	if err := r.store.Reserve(); err != nil {
 		r.log.Warn("the data dir is (nearly) full: the space kept to save state after a full disk is used up; free some space", zap.Error(err))
-		return
+		return written
 	}
 	r.log.Info("restored the space kept to save state after a full disk")
+	return written
 }

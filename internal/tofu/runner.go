@@ -73,6 +73,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -174,6 +175,10 @@ var (
 	ErrCanceled           = errors.New("canceled")
 	ErrTimeout            = errors.New("timed out")
 	ErrKilled             = errors.New("killed after the grace period")
+	// ErrStateUnsaved: the data folder was too full to save the state of
+	// what tofu did; it is held in memory (httpstate.ErrDiskFull).
+	ErrDiskFilled   = errors.New("the data folder filled up while tofu ran: its state was saved once there was room again; free space in the data folder and press Apply")
+	ErrStateUnsaved = errors.New("the data folder is full: the state of what tofu just did could not be saved and is held in memory until there is room; free space in the data folder and press Apply (a restart before that loses it)")
 )
 
 // New checks the binary and passphrase, prepares DataDir and starts the state
@@ -820,7 +825,7 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	w.r.privatize(w.dir)
-	w.r.keepReserve()
+	flushed := slices.Contains(w.r.keepReserve(), w.name)
 	var status syscall.WaitStatus
 	if cmd.ProcessState != nil {
 		status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -861,6 +866,11 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 		// validate exits 1 for an invalid document: that is its answer.
 		if op == "validate" && code == 1 && cause == nil && json.Valid(stdout.Bytes()) {
 			return stdout.Bytes(), nil
+		}
+		if flushed {
+			// the full disk refused tofu's upload; the store kept the state
+			// and wrote it once there was room
+			cause = errors.Join(ErrDiskFilled, cause)
 		}
 		return stdout.Bytes(), w.newError(op, code, diags, stderr.String(), cause)
 	}

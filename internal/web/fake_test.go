@@ -349,6 +349,10 @@ func (f *fakeEngine) Adopt(_ context.Context, mac, name, group, disk string) (te
 
 func (f *fakeEngine) Forget(context.Context, string, string, bool) error    { return nil }
 func (f *fakeEngine) Replace(context.Context, string, string, string) error { return nil }
+func (f *fakeEngine) Pool(_ context.Context, name, group string, _ *string, _, _ *int) error {
+	f.record("pool %s %s", name, group)
+	return f.get(name)
+}
 func (f *fakeEngine) Power(_ context.Context, name, node, state string) error {
 	f.record("power %s %s %s", name, node, state)
 	return f.get(name)

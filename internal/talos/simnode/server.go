@@ -396,9 +396,14 @@ func (s *machineServer) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingSer
 	if cfg == nil || !cfg.Machine().Type().IsControlPlane() {
 		return status.Error(codes.Unimplemented, "kubeconfig is only available on control plane nodes")
 	}
-	kc, err := mintKubeconfig(cfg)
-	if err != nil {
-		return status.Errorf(codes.Internal, "kubeconfig: %v", err)
+	n.world.mu.Lock()
+	kc := n.world.kubeconfig
+	n.world.mu.Unlock()
+	if kc == nil {
+		var err error
+		if kc, err = mintKubeconfig(cfg); err != nil {
+			return status.Errorf(codes.Internal, "kubeconfig: %v", err)
+		}
 	}
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)

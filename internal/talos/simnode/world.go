@@ -21,6 +21,19 @@ type World struct {
 	mu       sync.Mutex
 	clusters map[string]*cluster
 	nodes    map[string]*Node // by IP (private and public) and by "host:port"
+	// kubeconfig, when set, is what every control plane's Kubeconfig
+	// gives: a real API server's the test runs (SetKubeconfig)
+	kubeconfig []byte
+}
+
+// SetKubeconfig makes every control plane of the World give kc as its
+// cluster's kubeconfig: the kubeconfig of a real API server a test runs
+// beside the simulated nodes (testenv.StartKube), so that what the engine
+// does through Kubernetes reaches a real one.
+func (w *World) SetKubeconfig(kc []byte) {
+	w.mu.Lock()
+	w.kubeconfig = append([]byte(nil), kc...)
+	w.mu.Unlock()
 }
 
 // NewWorld returns an empty World.

@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,7 +100,16 @@ type Store struct {
 	dir  string
 	keep int
 	mu   sync.Mutex
+	// unsaved holds, per name, a state upload the full disk refused even
+	// after the reserve was spent: the only record of what that tofu run
+	// did. Get serves it and every call tries to write it again.
+	unsaved map[string][]byte
 }
+
+// ErrDiskFull is a state upload that the full disk refused. The Store
+// keeps the state in memory (Unsaved), serves it to the next tofu, and
+// writes it as soon as there is room.
+var ErrDiskFull = errors.New("the data folder is full")
 
 // Open opens (creating) a store in dir that keeps the last keep versions of
 // each state (DefaultKeep when keep <= 0).
@@ -113,7 +123,7 @@ func Open(dir string, keep int) (*Store, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state store: %w", err)
 	}
-	s := &Store{dir: dir, keep: keep}
+	s := &Store{dir: dir, keep: keep, unsaved: map[string][]byte{}}
 	// Best effort: on a disk that is already full there is no reserve until
 	// space is freed (the Runner retries after each command).
 	_ = s.reserve()
@@ -175,6 +185,13 @@ func (s *Store) Get(name string) (data []byte, ok bool, err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if data, ok := s.unsaved[name]; ok {
+		// newer than any file: try to write it, serve it either way
+		if s.put(dir, data) == nil {
+			delete(s.unsaved, name)
+		}
+		return slices.Clone(data), true, nil
+	}
 	vs, err := s.versions(dir)
 	if err != nil || len(vs) == 0 {
 		return nil, false, err
@@ -224,7 +241,43 @@ func (s *Store) Put(name string, data []byte, lockID string) error {
 	} else if ok && held.ID != lockID {
 		return &LockError{Name: name, Holder: held, raw: raw}
 	}
-	return s.put(dir, data)
+	err = s.put(dir, data)
+	switch {
+	case err == nil:
+		delete(s.unsaved, name)
+	case diskFull(err):
+		s.unsaved[name] = slices.Clone(data)
+		err = fmt.Errorf("%w: state %s (%d bytes) is kept in memory until it can be written: %w", ErrDiskFull, name, len(data), err)
+	}
+	return err
+}
+
+// Unsaved reports whether name has a state the full disk refused, held in
+// memory only.
+func (s *Store) Unsaved(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.unsaved[name]
+	return ok
+}
+
+// FlushUnsaved writes the states held in memory where there is room now;
+// it returns the names it wrote and those still unsaved.
+func (s *Store) FlushUnsaved() (written, left []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, data := range s.unsaved {
+		dir, err := s.nameDir(name)
+		if err == nil && s.put(dir, data) == nil {
+			delete(s.unsaved, name)
+			written = append(written, name)
+			continue
+		}
+		left = append(left, name)
+	}
+	sort.Strings(written)
+	sort.Strings(left)
+	return written, left
 }
 
 func (s *Store) put(dir string, data []byte) error {
