@@ -26,14 +26,8 @@ import (
 func TestKubernetesCancelledThenApplyMovesNothing(t *testing.T) {
 	f, _ := newUpgradeFixture(t, 2)
 	r := f.rec
-	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
-		t.Fatal(err)
-	}
 	// the first step is the control plane's components; cancel once it is done
-	r.wait(t, "the first step done", long, func(r *recorder) bool {
-		ro := r.status["lab"].Rollout
-		return ro != nil && ro.Done >= 1
-	})
+	kubernetesPastFirstStep(t, f)
 	if err := f.eng.Cancel(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
@@ -242,4 +236,50 @@ func TestUpgradeNodeNeverBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.wait(t, "a plan after the cancel", time.Minute, func(r *recorder) bool { ev, ok := r.lastEvent("plan"); return ok && ev.Result != "" })
+}
+
+// Item 7: a rollout interrupted by a restart leaves a trace: the new
+// engine says the upgrade was interrupted after how many nodes and that
+// Install resumes it, and Install does.
+func TestUpgradeInterruptedByRestart(t *testing.T) {
+	f, _ := newUpgradeFixture(t, 2)
+	r := f.rec
+	kubernetesPastFirstStep(t, f)
+	f.stop() // like SIGTERM in the middle of the rollout
+	f.start()
+	r.wait(t, "the interrupted rollout shown after the restart", 30*time.Second, func(r *recorder) bool {
+		st := r.status["lab"]
+		return st.LastOperation != nil && strings.Contains(st.LastOperation.Message, "interrupted") &&
+			strings.Contains(strings.Join(st.Problems, " "), "press Install to resume")
+	})
+	st := r.status["lab"]
+	if !strings.Contains(st.LastOperation.Message, "Kubernetes upgrade to 1.35.2") || !strings.Contains(st.LastOperation.Message, "press Install to resume") {
+		t.Errorf("after the restart the last operation says %q, want the interrupted upgrade and Install", st.LastOperation.Message)
+	}
+	upgrades := r.succeeded("upgrade")
+	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, "Install to finish the rollout", long, func(r *recorder) bool { return r.succeeded("upgrade") == upgrades+1 })
+	for _, s := range f.sims {
+		if v := s.KubeletVersion(); v != "1.35.2" {
+			t.Errorf("after Install: kubelet %s, want 1.35.2", v)
+		}
+	}
+	if p := strings.Join(r.status["lab"].Problems, " "); strings.Contains(p, "Install") {
+		t.Errorf("problems after the rollout finished: %q", p)
+	}
+}
+
+// kubernetesPastFirstStep starts a Kubernetes rollout to 1.35.2 and returns
+// once its first step (the control plane's components) is done.
+func kubernetesPastFirstStep(t *testing.T, f *fixture) {
+	t.Helper()
+	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.wait(t, "the first step done", long, func(r *recorder) bool {
+		ro := r.status["lab"].Rollout
+		return ro != nil && ro.Done >= 1
+	})
 }
