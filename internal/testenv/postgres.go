@@ -76,6 +76,7 @@ type Postgres struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	dbs  int
 }
 
 // StartPostgres starts a server for t. It skips the test (fails under CI)
@@ -288,6 +289,23 @@ func (p *Postgres) admin(ctx context.Context, db, sql string, args ...any) error
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql, args...)
 	return err
+}
+
+// NewDatabase creates another empty database owned by Role and returns
+// its URL (like URL, without the password): a fresh store without a
+// second server.
+func (p *Postgres) NewDatabase() string {
+	p.t.Helper()
+	p.mu.Lock()
+	p.dbs++
+	name := fmt.Sprintf("%s_%d", p.Database, p.dbs)
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.admin(ctx, "postgres", fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, p.Role)); err != nil {
+		p.t.Fatalf("testenv: postgres: create database: %v", err)
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", p.Role, p.Port, name)
 }
 
 // Exec runs sql as the superuser in the test database (to inspect or
