@@ -123,7 +123,9 @@ func TestStateFencing(t *testing.T) {
 	}{
 		{"record", func(ctx context.Context, w *Writer) error { return w.PutRecord(ctx, "lab", []byte(`{"old":true}`)) }},
 		{"delete record", func(ctx context.Context, w *Writer) error { return w.DeleteRecord(ctx, "lab") }},
-		{"secret", func(ctx context.Context, w *Writer) error { return w.PutSecret(ctx, "lab", state.Kubeconfig, []byte("old")) }},
+		{"secret", func(ctx context.Context, w *Writer) error {
+			return w.PutSecret(ctx, "lab", state.Kubeconfig, []byte("old"))
+		}},
 		{"delete secret", func(ctx context.Context, w *Writer) error { return w.DeleteSecret(ctx, "lab", state.Kubeconfig) }},
 		{"backup", func(ctx context.Context, w *Writer) error {
 			return w.PutBackup(ctx, state.Backup{Tenant: "lab", File: "etcd-1.snapshot", At: time.Now()})
