@@ -45,6 +45,9 @@ type PostgresOptions struct {
 	// but a crash of the test machine; benchmarks that compare the cost of
 	// a durable write use it.
 	Durable bool
+	// TLS turns TLS on with a certificate for 127.0.0.1 signed by a
+	// throw-away CA (RootCAFile); plain connections still work.
+	TLS bool
 }
 
 // Postgres is a real PostgreSQL server in its own data directory under
@@ -65,8 +68,11 @@ type Postgres struct {
 	URL string
 	// Role, Password and Database are what URL logs in as.
 	Role, Password, Database string
-	// Dir is the server's data directory; its log is Dir/../postgres.log.
+	// Dir is the server's data directory.
 	Dir string
+	// RootCAFile is the PEM file of the CA that signed the server's
+	// certificate (PostgresOptions.TLS), for sslrootcert=.
+	RootCAFile string
 
 	t         testing.TB
 	adminPass string
@@ -131,6 +137,21 @@ func StartPostgres(t testing.TB, opts ...PostgresOptions) *Postgres {
 	conf := fmt.Sprintf("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = ''\n"+
 		"max_connections = 50\nshared_buffers = 16MB\nlog_min_messages = warning\n"+
 		"password_encryption = 'scram-sha-256'\n", p.Port)
+	if o.TLS {
+		cert, key, _, err := writeCerts(base)
+		if err != nil {
+			t.Fatalf("testenv: postgres certificates: %v", err)
+		}
+		if cred != nil {
+			for _, f := range []string{cert, key} {
+				if err := os.Chown(f, int(cred.Uid), int(cred.Gid)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		p.RootCAFile = filepath.Join(base, "ca.crt")
+		conf += fmt.Sprintf("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n", cert, key)
+	}
 	if !o.Durable {
 		conf += "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
 	}

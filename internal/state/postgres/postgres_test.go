@@ -403,3 +403,39 @@ func TestStateWrongPassphrase(t *testing.T) {
 		t.Fatalf("Open with another passphrase: %v", err)
 	}
 }
+
+// TestStateTLS: the server's certificate is verified unless the URL says
+// otherwise.
+func TestStateTLS(t *testing.T) {
+	p := testenv.StartPostgres(t, testenv.PostgresOptions{TLS: true})
+	base := strings.TrimSuffix(p.URL, "?sslmode=disable")
+	cases := []struct {
+		name, url, want string
+	}{
+		{"verified against its CA", base + "?sslrootcert=" + p.RootCAFile, ""},
+		{"verify-ca", base + "?sslmode=verify-ca&sslrootcert=" + p.RootCAFile, ""},
+		{"unknown CA", base, "could not be verified"},
+		{"require: encrypted, not verified", base + "?sslmode=require", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err := Open(ctx, c.url, p.Password, "a", passphrase, Options{})
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				var ssl bool
+				if err := s.pool.QueryRow(ctx, `SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()`).Scan(&ssl); err != nil || !ssl {
+					t.Fatalf("connection not encrypted: %v %v", ssl, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Open: %v, want %q", err, c.want)
+			}
+		})
+	}
+}
