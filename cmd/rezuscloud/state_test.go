@@ -22,14 +22,14 @@ func copyDataFolder(t *testing.T) string {
 	t.Helper()
 	data := t.TempDir()
 	files := map[string]string{
-		"tenants/lab/engine.json":  `{"infra": true, "nodes": {"lab-cp-1": {"ip": "10.0.0.2"}}}`,
-		"tenants/lab/secrets.yaml": "cluster:\n  id: abc\n  secret: lab-cluster-secret\n",
-		"tenants/lab/talosconfig":  "context: lab\ncontexts:\n  lab:\n    key: bGFiLWtleQ==\n",
-		"tenants/lab/kubeconfig":   "apiVersion: v1\nclusters: []\n",
-		"tenants/web/engine.json":  `{"infra": false}`,
-		"tenants/web/secrets.yaml": "cluster:\n  secret: web-secret\n",
+		"tenants/lab/engine.json":                    `{"infra": true, "nodes": {"lab-cp-1": {"ip": "10.0.0.2"}}}`,
+		"tenants/lab/secrets.yaml":                   "cluster:\n  id: abc\n  secret: lab-cluster-secret\n",
+		"tenants/lab/talosconfig":                    "context: lab\ncontexts:\n  lab:\n    key: bGFiLWtleQ==\n",
+		"tenants/lab/kubeconfig":                     "apiVersion: v1\nclusters: []\n",
+		"tenants/web/engine.json":                    `{"infra": false}`,
+		"tenants/web/secrets.yaml":                   "cluster:\n  secret: web-secret\n",
 		"backups/lab/etcd-20261201T030405Z.snapshot": "etcd snapshot bytes",
-		"state-passphrase": "generated-passphrase-0123456789abcdef\n",
+		"state-passphrase":                           "generated-passphrase-0123456789abcdef\n",
 	}
 	for name, body := range files {
 		p := filepath.Join(data, name)
