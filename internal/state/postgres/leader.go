@@ -15,6 +15,15 @@ import (
 // leaderLock is the session-level advisory lock whose holder leads.
 const leaderLock = 0x72657a7573_02
 
+// leaderSessionParams are the leadership session's server-side TCP
+// settings (settable per session by any role).
+var leaderSessionParams = map[string]string{
+	"tcp_keepalives_idle":     "3",
+	"tcp_keepalives_interval": "1",
+	"tcp_keepalives_count":    "3",
+	"tcp_user_timeout":        "6000",
+}
+
 // Leadership is this instance leading the store: it holds the advisory lock
 // on a connection of its own, and ends when that session does.
 type Leadership struct {
@@ -37,6 +46,13 @@ var _ state.Leadership = (*Leadership)(nil)
 func (s *Store) Campaign(ctx context.Context) (*Leadership, error) {
 	cfg := s.cfg.ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = appName(s.instance, "leader")
+	// The server must notice a leader whose machine died (no FIN, no RST)
+	// within the failover goal, not after the system's two-hour keepalive:
+	// probes after 3 s idle, every second, 3 unanswered end the session
+	// (and with it the lock); unacknowledged data for 6 s does too.
+	for k, v := range leaderSessionParams {
+		cfg.RuntimeParams[k] = v
+	}
 	for {
 		l, err := s.campaignOnce(ctx, cfg)
 		if err == nil || ctx.Err() != nil {

@@ -259,6 +259,16 @@ func TestStateFailover(t *testing.T) {
 		t.Fatalf("beta led while alpha leads: %+v", r)
 	default:
 	}
+	// The server drops a dead leader's session within seconds.
+	for k, v := range leaderSessionParams {
+		var got string
+		la.mu.Lock()
+		err := la.conn.QueryRow(ctxT(t), `SELECT current_setting($1)`, k).Scan(&got)
+		la.mu.Unlock()
+		if err != nil || strings.TrimSuffix(got, "ms") != v && got != v+"s" {
+			t.Errorf("leader session %s = %q (%v), want %s", k, got, err, v)
+		}
+	}
 	ms, err := a.Members(ctxT(t))
 	if err != nil || len(ms) != 2 || ms[0].Instance != "alpha" || !ms[0].Leader || ms[1].Instance != "beta" || ms[1].Leader {
 		t.Fatalf("Members = %+v, %v", ms, err)
