@@ -60,6 +60,8 @@ var migrations = []string{
 		created timestamptz NOT NULL,
 		PRIMARY KEY (name, seq)
 	);
+	-- tofu encrypts the state: compressing ciphertext costs time for little
+	ALTER TABLE rezuscloud.states ALTER COLUMN data SET STORAGE EXTERNAL;
 	CREATE TABLE rezuscloud.state_locks (
 		name    text PRIMARY KEY,
 		id      text NOT NULL,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
@@ -110,6 +111,11 @@ func lockError(name string, raw []byte) error {
 	return httpstate.NewLockError(name, li, raw)
 }
 
+// Put is the hot path (every state upload of every apply), so it is one
+// round trip: the fence, the lock check, the insert and the pruning go in
+// one pipelined batch, which the server runs as one implicit transaction;
+// the insert and the pruning repeat the checks in their WHERE, so a fenced
+// or locked upload changes nothing.
 func (b *states) Put(ctx context.Context, name string, data []byte, lockID string) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -118,23 +124,50 @@ func (b *states) Put(ctx context.Context, name string, data []byte, lockID strin
 		return fmt.Errorf("state %s: %d bytes is over %d", name, len(data), httpstate.MaxStateSize)
 	}
 	sum := sha256.Sum256(data)
-	return b.w.fenced(ctx, "state "+name+": upload", func(tx pgx.Tx) error {
-		id, raw, ok, err := holder(ctx, tx, name)
-		if err != nil {
-			return err
+	w := b.w
+	const allowed = `(SELECT epoch FROM rezuscloud.leader WHERE id = 1) = $2
+		AND NOT EXISTS (SELECT 1 FROM rezuscloud.state_locks WHERE name = $1 AND id <> $3)`
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT epoch FROM rezuscloud.leader WHERE id = 1 FOR UPDATE`)
+	batch.Queue(`SELECT id, info FROM rezuscloud.state_locks WHERE name = $1 FOR UPDATE`, name)
+	batch.Queue(`INSERT INTO rezuscloud.states
+		SELECT $1, m.next, $4, $5, $2, now()
+		FROM (SELECT coalesce(max(seq), 0) + 1 AS next FROM rezuscloud.states WHERE name = $1) m
+		WHERE `+allowed, name, w.epoch, lockID, data, sum[:])
+	batch.Queue(`DELETE FROM rezuscloud.states
+		WHERE name = $1 AND seq <= (SELECT max(seq) FROM rezuscloud.states WHERE name = $1) - $4 AND `+allowed,
+		name, w.epoch, lockID, int64(w.s.keep))
+	br := w.s.pool.SendBatch(ctx, batch)
+	var cur int64
+	err := br.QueryRow().Scan(&cur)
+	var id string
+	var raw []byte
+	locked := false
+	if err == nil {
+		err = br.QueryRow().Scan(&id, &raw)
+		locked = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
 		}
-		if ok && id != lockID {
-			return lockError(name, raw)
-		}
-		var next int64
-		if err := tx.QueryRow(ctx, `INSERT INTO rezuscloud.states
-			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4, now() FROM rezuscloud.states WHERE name = $1
-			RETURNING seq`, name, data, sum[:], b.w.epoch).Scan(&next); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `DELETE FROM rezuscloud.states WHERE name = $1 AND seq <= $2`, name, next-int64(b.w.s.keep))
-		return err
-	})
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return w.s.wrap("state "+name+": upload", err)
+	case cur != w.epoch:
+		return w.s.wrap("state "+name+": upload", fmt.Errorf("%w (epoch %d, the store's is %d)", state.ErrFenced, w.epoch, cur))
+	case locked && id != lockID:
+		return lockError(name, raw)
+	}
+	return nil
 }
 
 func (b *states) Lock(ctx context.Context, name string, info httpstate.LockInfo, raw []byte) error {

@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/state"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
+)
+
+// tofuState is a state of about size bytes shaped like the one tofu
+// uploads: JSON around base64 ciphertext (incompressible).
+func tofuState(b testing.TB, size int) []byte {
+	raw := make([]byte, size*3/4)
+	if _, err := rand.Read(raw); err != nil {
+		b.Fatal(err)
+	}
+	return []byte(`{"serial":1,"lineage":"L","meta":{"key_provider.pbkdf2.main":"e30="},"encrypted_data":"` +
+		base64.StdEncoding.EncodeToString(raw) + `","encryption_version":"v0"}`)
+}
+
+// BenchmarkStateUpload is one tofu state upload (POST through the http
+// backend server, as tofu sends it), into the data folder's store and into
+// PostgreSQL with its default durability (fsync, synchronous commit), on the
+// same machine in the same run.
+func BenchmarkStateUpload(b *testing.B) {
+	p := testenv.StartPostgres(b, testenv.PostgresOptions{Durable: true})
+	backends := []struct {
+		name string
+		open func(b *testing.B) httpstate.Backend
+	}{
+		{"file", func(b *testing.B) httpstate.Backend {
+			s, err := httpstate.Open(b.TempDir(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s.Backend()
+		}},
+		{"postgres", func(b *testing.B) httpstate.Backend {
+			s := open(b, p, p.NewDatabase(), "bench")
+			return lead(b, s).Writer().States()
+		}},
+	}
+	for _, size := range []int{16 << 10, 64 << 10} {
+		body := tofuState(b, size)
+		for _, be := range backends {
+			b.Run(fmt.Sprintf("%s/%dKiB", be.name, size>>10), func(b *testing.B) {
+				srv, err := httpstate.StartBackend(be.open(b), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer srv.Close(context.Background())
+				c := &http.Client{Timeout: 30 * time.Second}
+				b.SetBytes(int64(len(body)))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					req, _ := http.NewRequest(http.MethodPost, srv.URL("lab"), bytes.NewReader(body))
+					req.SetBasicAuth(httpstate.Username, srv.Password())
+					resp, err := c.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("upload: %s", resp.Status)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkStoreSize reports what one tenant costs in PostgreSQL: a record,
+// its three secrets, the index of ten etcd backups and the kept ten versions
+// of a 64 KiB state, as pg_total_relation_size of the store's tables
+// (with their indexes and TOAST) divided by the tenants.
+func BenchmarkStoreSize(b *testing.B) {
+	p := testenv.StartPostgres(b)
+	const tenants = 20
+	ctx := ctxT(b)
+	for i := 0; i < b.N; i++ {
+		url := p.NewDatabase()
+		s := open(b, p, url, "size")
+		w := lead(b, s).Writer()
+		record := bytes.Repeat([]byte(`{"nodes":{"n":{"ip":"10.0.0.2"}}}`), 100)
+		for t := 0; t < tenants; t++ {
+			name := fmt.Sprintf("tenant-%02d", t)
+			if err := w.PutRecord(ctx, name, record); err != nil {
+				b.Fatal(err)
+			}
+			for _, kind := range state.SecretKinds {
+				if err := w.PutSecret(ctx, name, kind, bytes.Repeat([]byte("k"), 8<<10)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for j := 0; j < 10; j++ {
+				if err := w.PutBackup(ctx, state.Backup{Tenant: name, File: fmt.Sprintf("etcd-%d.snapshot", j), Size: 1 << 20, At: time.Now()}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for j := 0; j < httpstate.DefaultKeep+2; j++ {
+				if err := w.States().Put(ctx, name, tofuState(b, 64<<10), ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		var total int64
+		if err := s.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'rezuscloud' AND c.relkind = 'r'`).Scan(&total); err != nil {
+			b.Fatal(err)
+		}
+		var states int64
+		if err := s.pool.QueryRow(ctx, `SELECT pg_total_relation_size('rezuscloud.states')`).Scan(&states); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(total)/tenants/1024, "KiB/tenant")
+		b.ReportMetric(float64(states)/tenants/1024, "state-KiB/tenant")
+	}
+}
+
+// BenchmarkFailover is the time from the leader's session being ended
+// (pg_terminate_backend, what the server does when the leader's machine
+// dies) to a standby's Campaign returning, and to the old leader seeing
+// Lost.
+func BenchmarkFailover(b *testing.B) {
+	p := testenv.StartPostgres(b)
+	stores := [2]*Store{open(b, p, p.URL, "one"), open(b, p, p.URL, "two")}
+	l, err := stores[0].Campaign(ctxT(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var takeover, noticed time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		standby := stores[(i+1)%2]
+		got := make(chan *Leadership, 1)
+		go func() {
+			nl, err := standby.Campaign(context.Background())
+			if err != nil {
+				b.Error(err)
+			}
+			got <- nl
+		}()
+		b.StopTimer()
+		testenv.WaitFor(b, 20*time.Second, "the standby waiting", func() bool {
+			return p.QueryInt64(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+				appName(standby.Instance(), "leader")) == 1
+		})
+		b.StartTimer()
+		start := time.Now()
+		p.Terminate(appName(stores[i%2].Instance(), "leader"))
+		nl := <-got
+		takeover += time.Since(start)
+		<-l.Lost()
+		noticed += time.Since(start)
+		if nl == nil {
+			b.Fatal("no new leadership")
+		}
+		l = nl
+	}
+	b.StopTimer()
+	_ = l.Resign(context.Background())
+	b.ReportMetric(float64(takeover.Milliseconds())/float64(b.N), "takeover-ms")
+	b.ReportMetric(float64(noticed.Milliseconds())/float64(b.N), "lost-ms")
+}
