@@ -58,6 +58,10 @@ func (s *Store) Campaign(ctx context.Context) (*Leadership, error) {
 		if err == nil || ctx.Err() != nil {
 			return l, err
 		}
+		var oe *OpenError
+		if errors.As(err, &oe) && !oe.Retry {
+			return nil, err // a password changed since Open: waiting will not help
+		}
 		// The connection broke while waiting (the server restarted, the
 		// session was ended): wait a little and campaign again.
 		t := time.NewTimer(s.beat)

@@ -449,3 +449,59 @@ func TestStateTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestStateServerRestart: a restart of the server ends the leadership
+// (Lost), an upload while it is down fails cleanly, and afterwards the same
+// store campaigns again, leads under a newer epoch and uploads; the
+// leadership from before the restart stays fenced.
+func TestStateServerRestart(t *testing.T) {
+	p := testenv.StartPostgres(t)
+	ctx := ctxT(t)
+	s := open(t, p, p.URL, "a")
+	l1 := lead(t, s)
+	if err := l1.Writer().States().Put(ctx, "lab", []byte(`{"serial":1}`), ""); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop()
+	select {
+	case <-l1.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leadership outlived the server")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := l1.Writer().States().Put(dctx, "lab", []byte(`{"serial":2}`), "")
+	cancel()
+	if err == nil {
+		t.Fatal("an upload worked while the server was down")
+	}
+	if strings.Contains(err.Error(), p.Password) {
+		t.Fatalf("the error holds the password: %v", err)
+	}
+	campaigned := make(chan *Leadership, 1)
+	go func() {
+		l, err := s.Campaign(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		campaigned <- l
+	}()
+	p.Start()
+	l2 := <-campaigned
+	if l2 == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { _ = l2.Resign(context.Background()) })
+	if l2.Epoch() != l1.Epoch()+1 {
+		t.Fatalf("epoch %d after %d", l2.Epoch(), l1.Epoch())
+	}
+	if err := l2.Writer().States().Put(ctx, "lab", []byte(`{"serial":2}`), ""); err != nil {
+		t.Fatalf("upload after the restart: %v", err)
+	}
+	if err := l1.Writer().States().Put(ctx, "lab", []byte(`{"serial":3}`), ""); !errors.Is(err, state.ErrFenced) {
+		t.Fatalf("upload from before the restart: %v", err)
+	}
+	got, _, err := l2.Writer().States().Get(ctx, "lab")
+	if err != nil || string(got) != `{"serial":2}` {
+		t.Fatalf("state = %s, %v", got, err)
+	}
+}
