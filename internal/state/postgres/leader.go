@@ -22,6 +22,8 @@ var leaderSessionParams = map[string]string{
 	"tcp_keepalives_interval": "1",
 	"tcp_keepalives_count":    "3",
 	"tcp_user_timeout":        "6000",
+	// the campaign waits in pg_advisory_lock for as long as another leads
+	"statement_timeout": "0",
 }
 
 // Leadership is this instance leading the store: it holds the advisory lock

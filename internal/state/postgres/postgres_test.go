@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -503,5 +504,43 @@ func TestStateServerRestart(t *testing.T) {
 	got, _, err := l2.Writer().States().Get(ctx, "lab")
 	if err != nil || string(got) != `{"serial":2}` {
 		t.Fatalf("state = %s, %v", got, err)
+	}
+}
+
+// TestStateOpenTogether: instances starting at once on an empty database
+// migrate it once and agree on the key (each reads the others' secrets).
+func TestStateOpenTogether(t *testing.T) {
+	p := testenv.StartPostgres(t)
+	url := p.NewDatabase()
+	const n = 3
+	stores := make(chan *Store, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			s, err := Open(ctxT(t), url, p.Password, fmt.Sprintf("i%d", i), passphrase, Options{})
+			if err != nil {
+				t.Error(err)
+			}
+			stores <- s
+		}()
+	}
+	var all []*Store
+	for i := 0; i < n; i++ {
+		if s := <-stores; s != nil {
+			t.Cleanup(s.Close)
+			all = append(all, s)
+		}
+	}
+	if len(all) != n {
+		t.FailNow()
+	}
+	ctx := ctxT(t)
+	l := lead(t, all[0])
+	if err := l.Writer().PutSecret(ctx, "lab", state.Talosconfig, []byte("tc")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if got, ok, err := s.Secret(ctx, "lab", state.Talosconfig); err != nil || !ok || string(got) != "tc" {
+			t.Fatalf("%s reads %q %v %v", s.Instance(), got, ok, err)
+		}
 	}
 }
