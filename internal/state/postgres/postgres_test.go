@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -193,46 +195,20 @@ func TestStateFencing(t *testing.T) {
 	}
 }
 
-// snapshot is every table's content as text (through the store's role).
+// snapshot is every row of every table of the store (all columns, times
+// included) as text, read through the store's role.
 func snapshot(t *testing.T, p *testenv.Postgres, url string) string {
 	t.Helper()
 	s := open(t, p, url, "reader")
-	ctx := ctxT(t)
 	var out strings.Builder
-	for _, q := range []string{
-		`SELECT tenant, encode(data, 'escape'), epoch FROM rezuscloud.records ORDER BY 1`,
-		`SELECT tenant, kind, encode(sealed, 'hex') FROM rezuscloud.secrets ORDER BY 1, 2`,
-		`SELECT tenant, file, size FROM rezuscloud.backups ORDER BY 1, 2`,
-		`SELECT name, seq::text, encode(data, 'escape') FROM rezuscloud.states ORDER BY 1, 2`,
-		`SELECT name, id, encode(info, 'escape') FROM rezuscloud.state_locks ORDER BY 1`,
-	} {
-		rows, err := s.pool.Query(ctx, q)
-		if err != nil {
+	for _, table := range []string{"leader", "records", "secrets", "backups", "states", "state_locks", "crypt", "schema_version"} {
+		var rows string
+		if err := s.pool.QueryRow(ctxT(t), `SELECT coalesce(string_agg(r::text, E'\n' ORDER BY r::text), '') FROM rezuscloud.`+table+` r`).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vals {
-				out.WriteString(strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(toString(v), "\n", " "), "\t", " ")))
-				out.WriteByte('|')
-			}
-			out.WriteByte('\n')
-		}
-		rows.Close()
+		out.WriteString(table + ":\n" + rows + "\n")
 	}
 	return out.String()
-}
-
-func toString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	default:
-		return strings.TrimSpace(strings.Trim(strings.ReplaceAll(fmtAny(x), "  ", " "), " "))
-	}
 }
 
 // TestStateFailover: a standby's Campaign waits while the leader's session
@@ -543,4 +519,15 @@ func TestStateOpenTogether(t *testing.T) {
 			t.Fatalf("%s reads %q %v %v", s.Instance(), got, ok, err)
 		}
 	}
+}
+
+// freeClosedPort is a loopback port nothing listens on.
+func freeClosedPort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return strconv.Itoa(port), nil
 }
