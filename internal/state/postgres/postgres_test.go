@@ -135,7 +135,8 @@ func TestStateFencing(t *testing.T) {
 		}},
 		{"delete backup", func(ctx context.Context, w *Writer) error { return w.DeleteBackup(ctx, "lab", "etcd-0.snapshot") }},
 		{"state upload", func(ctx context.Context, w *Writer) error {
-			return w.States().Put(ctx, "lab", []byte(`{"serial":99}`), "")
+			// the lock's holder's ID: only the fence can refuse it
+			return w.States().Put(ctx, "lab", []byte(`{"serial":99}`), "tofu-1")
 		}},
 		{"state lock", func(ctx context.Context, w *Writer) error {
 			return w.States().Lock(ctx, "free", httpstate.LockInfo{ID: "old"}, nil)

@@ -62,6 +62,19 @@ var migrations = []string{
 	);
 	-- tofu encrypts the state: compressing ciphertext costs time for little
 	ALTER TABLE rezuscloud.states ALTER COLUMN data SET STORAGE EXTERNAL;
+	-- fence locks the leader row for the rest of the transaction and
+	-- raises RZ001 when the writer's epoch is not the store's: the
+	-- statements after it in the transaction do not run, nothing commits.
+	CREATE FUNCTION rezuscloud.fence(writer bigint) RETURNS bigint LANGUAGE plpgsql AS $fence$
+	DECLARE cur bigint;
+	BEGIN
+		SELECT epoch INTO cur FROM rezuscloud.leader WHERE id = 1 FOR UPDATE;
+		IF cur IS DISTINCT FROM writer THEN
+			RAISE EXCEPTION 'fenced: epoch % is not the store''s %', writer, cur USING ERRCODE = 'RZ001';
+		END IF;
+		RETURN cur;
+	END
+	$fence$;
 	CREATE TABLE rezuscloud.state_locks (
 		name    text PRIMARY KEY,
 		id      text NOT NULL,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
@@ -113,9 +112,9 @@ func lockError(name string, raw []byte) error {
 
 // Put is the hot path (every state upload of every apply), so it is one
 // round trip: the fence, the lock check, the insert and the pruning go in
-// one pipelined batch, which the server runs as one implicit transaction;
-// the insert and the pruning repeat the checks in their WHERE, so a fenced
-// or locked upload changes nothing.
+// one pipelined batch, which the server runs as one implicit transaction.
+// A fenced upload stops at the fence; the insert and the pruning repeat the
+// lock check in their WHERE, so a locked upload changes nothing either.
 func (b *states) Put(ctx context.Context, name string, data []byte, lockID string) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -125,21 +124,19 @@ func (b *states) Put(ctx context.Context, name string, data []byte, lockID strin
 	}
 	sum := sha256.Sum256(data)
 	w := b.w
-	const allowed = `(SELECT epoch FROM rezuscloud.leader WHERE id = 1) = $2
-		AND NOT EXISTS (SELECT 1 FROM rezuscloud.state_locks WHERE name = $1 AND id <> $3)`
+	const unlocked = `NOT EXISTS (SELECT 1 FROM rezuscloud.state_locks WHERE name = $1 AND id <> $2)`
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT epoch FROM rezuscloud.leader WHERE id = 1 FOR UPDATE`)
+	batch.Queue(`SELECT rezuscloud.fence($1)`, w.epoch)
 	batch.Queue(`SELECT id, info FROM rezuscloud.state_locks WHERE name = $1 FOR UPDATE`, name)
 	batch.Queue(`INSERT INTO rezuscloud.states
-		SELECT $1, m.next, $4, $5, $2, now()
+		SELECT $1, m.next, $3, $4, $5, now()
 		FROM (SELECT coalesce(max(seq), 0) + 1 AS next FROM rezuscloud.states WHERE name = $1) m
-		WHERE `+allowed, name, w.epoch, lockID, data, sum[:])
+		WHERE `+unlocked, name, lockID, data, sum[:], w.epoch)
 	batch.Queue(`DELETE FROM rezuscloud.states
-		WHERE name = $1 AND seq <= (SELECT max(seq) FROM rezuscloud.states WHERE name = $1) - $4 AND `+allowed,
-		name, w.epoch, lockID, int64(w.s.keep))
+		WHERE name = $1 AND seq <= (SELECT max(seq) FROM rezuscloud.states WHERE name = $1) - $3 AND `+unlocked,
+		name, lockID, int64(w.s.keep))
 	br := w.s.pool.SendBatch(ctx, batch)
-	var cur int64
-	err := br.QueryRow().Scan(&cur)
+	_, err := br.Exec()
 	var id string
 	var raw []byte
 	locked := false
@@ -161,9 +158,7 @@ func (b *states) Put(ctx context.Context, name string, data []byte, lockID strin
 	}
 	switch {
 	case err != nil:
-		return w.s.wrap("state "+name+": upload", err)
-	case cur != w.epoch:
-		return w.s.wrap("state "+name+": upload", fmt.Errorf("%w (epoch %d, the store's is %d)", state.ErrFenced, w.epoch, cur))
+		return w.s.wrap("state "+name+": upload", fencedError(err))
 	case locked && id != lockID:
 		return lockError(name, raw)
 	}

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
@@ -33,20 +35,17 @@ func (s *Store) Writer(epoch int64) *Writer { return &Writer{s: s, epoch: epoch}
 // Epoch is the epoch the writer writes under.
 func (w *Writer) Epoch() int64 { return w.epoch }
 
-// fenced runs f in a transaction that first locks the leader row and
-// refuses, changing nothing, when a newer leadership exists.
+// fenced runs f in a transaction that first passes the fence (locks the
+// leader row, refuses when a newer leadership exists), for writes that
+// decide on what they read; nothing is written when it is refused.
 func (w *Writer) fenced(ctx context.Context, what string, f func(tx pgx.Tx) error) error {
 	tx, err := w.s.pool.Begin(ctx)
 	if err != nil {
 		return w.s.wrap(what, err)
 	}
 	defer tx.Rollback(context.Background())
-	var cur int64
-	if err := tx.QueryRow(ctx, `SELECT epoch FROM rezuscloud.leader WHERE id = 1 FOR UPDATE`).Scan(&cur); err != nil {
-		return w.s.wrap(what, err)
-	}
-	if cur != w.epoch {
-		return w.s.wrap(what, fmt.Errorf("%w (epoch %d, the store's is %d)", state.ErrFenced, w.epoch, cur))
+	if _, err := tx.Exec(ctx, `SELECT rezuscloud.fence($1)`, w.epoch); err != nil {
+		return w.s.wrap(what, fencedError(err))
 	}
 	if err := f(tx); err != nil {
 		var le *httpstate.LockError
@@ -59,6 +58,39 @@ func (w *Writer) fenced(ctx context.Context, what string, f func(tx pgx.Tx) erro
 		return w.s.wrap(what, err)
 	}
 	return nil
+}
+
+// fencedCode is the SQLSTATE rezuscloud.fence raises.
+const fencedCode = "RZ001"
+
+// write runs one statement behind the fence in one round trip: the fence
+// and the statement go in one pipelined batch, which the server runs as one
+// implicit transaction, so a fenced write runs nothing.
+func (w *Writer) write(ctx context.Context, what, sql string, args ...any) error {
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT rezuscloud.fence($1)`, w.epoch)
+	batch.Queue(sql, args...)
+	br := w.s.pool.SendBatch(ctx, batch)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return w.s.wrap(what, fencedError(err))
+	}
+	return nil
+}
+
+// fencedError turns rezuscloud.fence's exception into state.ErrFenced.
+func fencedError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == fencedCode {
+		return fmt.Errorf("%w (%s)", state.ErrFenced, strings.TrimPrefix(pe.Message, "fenced: "))
+	}
+	return err
 }
 
 func checkTenant(tenant string) error {
@@ -76,19 +108,13 @@ func (w *Writer) PutRecord(ctx context.Context, tenant string, data []byte) erro
 	if len(data) > MaxRecord {
 		return fmt.Errorf("tenant %s: record of %d bytes is over %d", tenant, len(data), MaxRecord)
 	}
-	return w.fenced(ctx, "tenant "+tenant+": record", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO rezuscloud.records VALUES ($1, $2, $3, now())
-			ON CONFLICT (tenant) DO UPDATE SET data = $2, epoch = $3, updated = now()`, tenant, data, w.epoch)
-		return err
-	})
+	return w.write(ctx, "tenant "+tenant+": record", `INSERT INTO rezuscloud.records VALUES ($1, $2, $3, now())
+		ON CONFLICT (tenant) DO UPDATE SET data = $2, epoch = $3, updated = now()`, tenant, data, w.epoch)
 }
 
 // DeleteRecord removes a tenant's record (none is no error).
 func (w *Writer) DeleteRecord(ctx context.Context, tenant string) error {
-	return w.fenced(ctx, "tenant "+tenant+": delete record", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM rezuscloud.records WHERE tenant = $1`, tenant)
-		return err
-	})
+	return w.write(ctx, "tenant "+tenant+": delete record", `DELETE FROM rezuscloud.records WHERE tenant = $1`, tenant)
 }
 
 func secretContext(tenant, kind string) string { return "secret/" + tenant + "/" + kind }
@@ -108,19 +134,13 @@ func (w *Writer) PutSecret(ctx context.Context, tenant, kind string, data []byte
 	if err != nil {
 		return fmt.Errorf("tenant %s: %s: %w", tenant, kind, err)
 	}
-	return w.fenced(ctx, "tenant "+tenant+": "+kind, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO rezuscloud.secrets VALUES ($1, $2, $3, $4, now())
-			ON CONFLICT (tenant, kind) DO UPDATE SET sealed = $3, epoch = $4, updated = now()`, tenant, kind, sealed, w.epoch)
-		return err
-	})
+	return w.write(ctx, "tenant "+tenant+": "+kind, `INSERT INTO rezuscloud.secrets VALUES ($1, $2, $3, $4, now())
+		ON CONFLICT (tenant, kind) DO UPDATE SET sealed = $3, epoch = $4, updated = now()`, tenant, kind, sealed, w.epoch)
 }
 
 // DeleteSecret removes a tenant's secret of kind (none is no error).
 func (w *Writer) DeleteSecret(ctx context.Context, tenant, kind string) error {
-	return w.fenced(ctx, "tenant "+tenant+": delete "+kind, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM rezuscloud.secrets WHERE tenant = $1 AND kind = $2`, tenant, kind)
-		return err
-	})
+	return w.write(ctx, "tenant "+tenant+": delete "+kind, `DELETE FROM rezuscloud.secrets WHERE tenant = $1 AND kind = $2`, tenant, kind)
 }
 
 // PutBackup adds (or replaces) an entry of the backups' index.
@@ -131,20 +151,14 @@ func (w *Writer) PutBackup(ctx context.Context, b state.Backup) error {
 	if b.File == "" || !httpstate.ValidName(b.File) {
 		return fmt.Errorf("tenant %s: backup file name %q", b.Tenant, b.File)
 	}
-	return w.fenced(ctx, "tenant "+b.Tenant+": backup "+b.File, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO rezuscloud.backups VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (tenant, file) DO UPDATE SET size = $3, taken = $4, sha256 = $5`,
-			b.Tenant, b.File, b.Size, b.At.UTC(), b.SHA256[:])
-		return err
-	})
+	return w.write(ctx, "tenant "+b.Tenant+": backup "+b.File, `INSERT INTO rezuscloud.backups VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (tenant, file) DO UPDATE SET size = $3, taken = $4, sha256 = $5`,
+		b.Tenant, b.File, b.Size, b.At.UTC(), b.SHA256[:])
 }
 
 // DeleteBackup removes an entry of the backups' index.
 func (w *Writer) DeleteBackup(ctx context.Context, tenant, file string) error {
-	return w.fenced(ctx, "tenant "+tenant+": delete backup "+file, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM rezuscloud.backups WHERE tenant = $1 AND file = $2`, tenant, file)
-		return err
-	})
+	return w.write(ctx, "tenant "+tenant+": delete backup "+file, `DELETE FROM rezuscloud.backups WHERE tenant = $1 AND file = $2`, tenant, file)
 }
 
 // Tenants lists the tenants that have a record.
