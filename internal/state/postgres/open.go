@@ -361,13 +361,19 @@ func (s *Store) heartbeat() {
 	}
 }
 
-// Members lists the instances seen within the last five heartbeats (and
-// the leader, however long ago it was seen), the leader first.
+// Members lists the instances seen within the last five heartbeats, the
+// leader first. The leader is the instance that raised the epoch last, and
+// only while a session holds the leader lock (between a leader's session
+// ending and a standby taking over, none leads).
 func (s *Store) Members(ctx context.Context) ([]state.Member, error) {
-	rows, err := s.pool.Query(ctx, `SELECT m.instance, m.last_seen, m.instance = l.instance AND l.epoch > 0 AND l.instance <> ''
-		FROM rezuscloud.members m, rezuscloud.leader l
-		WHERE m.last_seen > now() - $1::interval OR m.instance = l.instance
-		ORDER BY 3 DESC, 1`, fmt.Sprintf("%d milliseconds", (5*s.beat).Milliseconds()))
+	rows, err := s.pool.Query(ctx, `WITH held AS (
+			SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND classid = ($2::bigint >> 32)::oid AND objid = ($2::bigint & 4294967295)::oid AND objsubid = 1) AS held)
+		SELECT m.instance, m.last_seen, held.held AND m.instance = l.instance
+		FROM rezuscloud.members m, rezuscloud.leader l, held
+		WHERE m.last_seen > now() - $1::interval OR (held.held AND m.instance = l.instance)
+		ORDER BY 3 DESC, 1`, fmt.Sprintf("%d milliseconds", (5*s.beat).Milliseconds()), int64(leaderLock))
 	if err != nil {
 		return nil, s.wrap("members", err)
 	}

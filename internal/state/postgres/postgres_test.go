@@ -532,3 +532,39 @@ func freeClosedPort() (string, error) {
 	_ = l.Close()
 	return strconv.Itoa(port), nil
 }
+
+// TestStateMembers: the leader is named only while it holds the lock.
+func TestStateMembers(t *testing.T) {
+	p := testenv.StartPostgres(t)
+	ctx := ctxT(t)
+	a, b := open(t, p, p.URL, "a"), open(t, p, p.URL, "b")
+	leaders := func() (names []string) {
+		t.Helper()
+		ms, err := b.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Leader {
+				names = append(names, m.Instance)
+			}
+		}
+		if len(ms) != 2 {
+			t.Fatalf("members: %+v", ms)
+		}
+		return names
+	}
+	if got := leaders(); len(got) != 0 {
+		t.Fatalf("leaders before any campaign: %v", got)
+	}
+	l := lead(t, a)
+	if got := leaders(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("leaders while a leads: %v", got)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := leaders(); len(got) != 0 {
+		t.Fatalf("leaders after a resigned: %v", got)
+	}
+}
