@@ -1,12 +1,16 @@
 package postgres
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,48 +129,126 @@ func BenchmarkStoreSize(b *testing.B) {
 	}
 }
 
-// BenchmarkFailover is the time from the leader's session being ended
-// (pg_terminate_backend, what the server does when the leader's machine
-// dies) to a standby's Campaign returning, and to the old leader seeing
-// Lost.
+// BenchmarkFailover is the time from the leader's death to a standby's
+// Campaign returning: "terminate" ends the leader's session
+// (pg_terminate_backend, what the server does when keepalives find the
+// leader's machine gone) and also times the old leader seeing Lost;
+// "sigkill" kills a leader process (this test binary, re-run as
+// TestStateHelperLeader) with SIGKILL.
 func BenchmarkFailover(b *testing.B) {
 	p := testenv.StartPostgres(b)
-	stores := [2]*Store{open(b, p, p.URL, "one"), open(b, p, p.URL, "two")}
-	l, err := stores[0].Campaign(ctxT(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var takeover, noticed time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		standby := stores[(i+1)%2]
-		got := make(chan *Leadership, 1)
-		go func() {
-			nl, err := standby.Campaign(context.Background())
-			if err != nil {
-				b.Error(err)
-			}
-			got <- nl
-		}()
-		b.StopTimer()
-		testenv.WaitFor(b, 20*time.Second, "the standby waiting", func() bool {
-			return p.QueryInt64(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-				appName(standby.Instance(), "leader")) == 1
-		})
-		b.StartTimer()
-		start := time.Now()
-		p.Terminate(appName(stores[i%2].Instance(), "leader"))
-		nl := <-got
-		takeover += time.Since(start)
-		<-l.Lost()
-		noticed += time.Since(start)
-		if nl == nil {
-			b.Fatal("no new leadership")
+	b.Run("terminate", func(b *testing.B) {
+		url := p.NewDatabase()
+		stores := [2]*Store{open(b, p, url, "one"), open(b, p, url, "two")}
+		l, err := stores[0].Campaign(ctxT(b))
+		if err != nil {
+			b.Fatal(err)
 		}
-		l = nl
+		var takeover, noticed time.Duration
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			standby := stores[(i+1)%2]
+			got := make(chan *Leadership, 1)
+			go func() {
+				nl, err := standby.Campaign(context.Background())
+				if err != nil {
+					b.Error(err)
+				}
+				got <- nl
+			}()
+			b.StopTimer()
+			waitCampaigning(b, p, standby.Instance())
+			b.StartTimer()
+			start := time.Now()
+			p.Terminate(appName(stores[i%2].Instance(), "leader"))
+			nl := <-got
+			takeover += time.Since(start)
+			<-l.Lost()
+			noticed += time.Since(start)
+			if nl == nil {
+				b.Fatal("no new leadership")
+			}
+			l = nl
+		}
+		b.StopTimer()
+		_ = l.Resign(context.Background())
+		b.ReportMetric(float64(takeover.Microseconds())/1000/float64(b.N), "takeover-ms")
+		b.ReportMetric(float64(noticed.Microseconds())/1000/float64(b.N), "lost-ms")
+	})
+	b.Run("sigkill", func(b *testing.B) {
+		url := p.NewDatabase()
+		standby := open(b, p, url, "standby")
+		var takeover time.Duration
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestStateHelperLeader$")
+			cmd.Env = append(os.Environ(), "REZUSCLOUD_TEST_LEADER_URL="+url, "REZUSCLOUD_TEST_LEADER_PASSWORD="+p.Password)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || line != "leading\n" {
+				_ = cmd.Process.Kill()
+				b.Fatalf("helper leader: %q %v", line, err)
+			}
+			got := make(chan *Leadership, 1)
+			go func() {
+				nl, err := standby.Campaign(context.Background())
+				if err != nil {
+					b.Error(err)
+				}
+				got <- nl
+			}()
+			waitCampaigning(b, p, standby.Instance())
+			b.StartTimer()
+			start := time.Now()
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			nl := <-got
+			takeover += time.Since(start)
+			b.StopTimer()
+			_ = cmd.Wait()
+			if nl == nil {
+				b.Fatal("no new leadership")
+			}
+			_ = nl.Resign(context.Background())
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(takeover.Microseconds())/1000/float64(b.N), "takeover-ms")
+	})
+}
+
+func waitCampaigning(b *testing.B, p *testenv.Postgres, instance string) {
+	b.Helper()
+	testenv.WaitFor(b, 20*time.Second, instance+" waiting for the leader lock", func() bool {
+		return p.QueryInt64(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+			appName(instance, "leader")) == 1
+	})
+}
+
+// TestStateHelperLeader is BenchmarkFailover's leader process: it leads,
+// says so on stdout and waits to be killed. It does nothing in a normal run.
+func TestStateHelperLeader(t *testing.T) {
+	url := os.Getenv("REZUSCLOUD_TEST_LEADER_URL")
+	if url == "" {
+		t.Skip("the leader process of BenchmarkFailover")
 	}
-	b.StopTimer()
-	_ = l.Resign(context.Background())
-	b.ReportMetric(float64(takeover.Milliseconds())/float64(b.N), "takeover-ms")
-	b.ReportMetric(float64(noticed.Milliseconds())/float64(b.N), "lost-ms")
+	s, err := Open(context.Background(), url, os.Getenv("REZUSCLOUD_TEST_LEADER_PASSWORD"), "helper", passphrase, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Campaign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("leading")
+	select {
+	case <-l.Lost():
+	case <-time.After(time.Minute):
+	}
+	t.Fatal("the leader was not killed within a minute")
 }
