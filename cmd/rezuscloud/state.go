@@ -170,7 +170,7 @@ func importLed(ctx context.Context, store *postgres.Store, snap *state.Snapshot)
 		return err
 	}
 	defer l.Resign(context.Background())
-	return l.Writer().Import(ctx, snap)
+	return store.Writer(l.Epoch()).Import(ctx, snap)
 }
 
 func describeSide(s string, store *postgres.Store) string {

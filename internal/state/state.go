@@ -77,6 +77,8 @@ type Leadership interface {
 	Lost() <-chan struct{}
 	// Resign gives the leadership up.
 	Resign(ctx context.Context) error
+	// Writer writes under this leadership's epoch.
+	Writer() Writer
 }
 
 // Reader reads a store.

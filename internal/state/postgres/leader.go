@@ -114,8 +114,8 @@ func (l *Leadership) Err() error {
 	}
 }
 
-// Writer writes under this leadership's epoch.
-func (l *Leadership) Writer() *Writer { return l.s.Writer(l.epoch) }
+// Writer writes under this leadership's epoch (a *Writer, for Import).
+func (l *Leadership) Writer() state.Writer { return l.s.Writer(l.epoch) }
 
 // watch checks the session every heartbeat with a cheap query: a failed
 // or late answer ends the leadership (the lock may be gone with it).

@@ -122,26 +122,26 @@ func TestStateFencing(t *testing.T) {
 	p := testenv.StartPostgres(t)
 	writes := []struct {
 		name  string
-		write func(ctx context.Context, w *Writer) error
+		write func(ctx context.Context, w state.Writer) error
 	}{
-		{"record", func(ctx context.Context, w *Writer) error { return w.PutRecord(ctx, "lab", []byte(`{"old":true}`)) }},
-		{"delete record", func(ctx context.Context, w *Writer) error { return w.DeleteRecord(ctx, "lab") }},
-		{"secret", func(ctx context.Context, w *Writer) error {
+		{"record", func(ctx context.Context, w state.Writer) error { return w.PutRecord(ctx, "lab", []byte(`{"old":true}`)) }},
+		{"delete record", func(ctx context.Context, w state.Writer) error { return w.DeleteRecord(ctx, "lab") }},
+		{"secret", func(ctx context.Context, w state.Writer) error {
 			return w.PutSecret(ctx, "lab", state.Kubeconfig, []byte("old"))
 		}},
-		{"delete secret", func(ctx context.Context, w *Writer) error { return w.DeleteSecret(ctx, "lab", state.Kubeconfig) }},
-		{"backup", func(ctx context.Context, w *Writer) error {
+		{"delete secret", func(ctx context.Context, w state.Writer) error { return w.DeleteSecret(ctx, "lab", state.Kubeconfig) }},
+		{"backup", func(ctx context.Context, w state.Writer) error {
 			return w.PutBackup(ctx, state.Backup{Tenant: "lab", File: "etcd-1.snapshot", At: time.Now()})
 		}},
-		{"delete backup", func(ctx context.Context, w *Writer) error { return w.DeleteBackup(ctx, "lab", "etcd-0.snapshot") }},
-		{"state upload", func(ctx context.Context, w *Writer) error {
+		{"delete backup", func(ctx context.Context, w state.Writer) error { return w.DeleteBackup(ctx, "lab", "etcd-0.snapshot") }},
+		{"state upload", func(ctx context.Context, w state.Writer) error {
 			// the lock's holder's ID: only the fence can refuse it
 			return w.States().Put(ctx, "lab", []byte(`{"serial":99}`), "tofu-1")
 		}},
-		{"state lock", func(ctx context.Context, w *Writer) error {
+		{"state lock", func(ctx context.Context, w state.Writer) error {
 			return w.States().Lock(ctx, "free", httpstate.LockInfo{ID: "old"}, nil)
 		}},
-		{"state force-unlock", func(ctx context.Context, w *Writer) error { return w.States().ForceUnlock(ctx, "lab", "tofu-1") }},
+		{"state force-unlock", func(ctx context.Context, w state.Writer) error { return w.States().ForceUnlock(ctx, "lab", "tofu-1") }},
 	}
 	for _, how := range []string{"resigned", "session ended"} {
 		t.Run(how, func(t *testing.T) {
