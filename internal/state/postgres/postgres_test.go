@@ -124,7 +124,9 @@ func TestStateFencing(t *testing.T) {
 		name  string
 		write func(ctx context.Context, w state.Writer) error
 	}{
-		{"record", func(ctx context.Context, w state.Writer) error { return w.PutRecord(ctx, "lab", []byte(`{"old":true}`)) }},
+		{"record", func(ctx context.Context, w state.Writer) error {
+			return w.PutRecord(ctx, "lab", []byte(`{"old":true}`))
+		}},
 		{"delete record", func(ctx context.Context, w state.Writer) error { return w.DeleteRecord(ctx, "lab") }},
 		{"secret", func(ctx context.Context, w state.Writer) error {
 			return w.PutSecret(ctx, "lab", state.Kubeconfig, []byte("old"))
