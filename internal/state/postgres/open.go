@@ -361,7 +361,12 @@ func (s *Store) heartbeat() {
 	}
 }
 
-// Members lists the instances seen within the last five heartbeats, the
+// memberWindow is how recently an instance must have been seen to be a
+// member: ten heartbeats, at least 5 s (a busy machine's heartbeat can be
+// late).
+func (s *Store) memberWindow() time.Duration { return max(10*s.beat, 5*time.Second) }
+
+// Members lists the instances seen within the member window, the
 // leader first. The leader is the instance that raised the epoch last, and
 // only while a session holds the leader lock (between a leader's session
 // ending and a standby taking over, none leads).
@@ -373,7 +378,7 @@ func (s *Store) Members(ctx context.Context) ([]state.Member, error) {
 		SELECT m.instance, m.last_seen, held.held AND m.instance = l.instance
 		FROM rezuscloud.members m, rezuscloud.leader l, held
 		WHERE m.last_seen > now() - $1::interval OR (held.held AND m.instance = l.instance)
-		ORDER BY 3 DESC, 1`, fmt.Sprintf("%d milliseconds", (5*s.beat).Milliseconds()), int64(leaderLock))
+		ORDER BY 3 DESC, 1`, fmt.Sprintf("%d milliseconds", s.memberWindow().Milliseconds()), int64(leaderLock))
 	if err != nil {
 		return nil, s.wrap("members", err)
 	}

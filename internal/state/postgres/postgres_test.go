@@ -310,7 +310,12 @@ func TestStateOpenErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			// long enough for a slow login, short for the retried case
+			d := 20 * time.Second
+			if c.retried {
+				d = 3 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d)
 			defer cancel()
 			var retries atomic.Int32
 			_, err := Open(ctx, c.url, c.password, "a", passphrase, Options{OnRetry: func(n int, err error, wait time.Duration) {
