@@ -93,9 +93,15 @@ func BenchmarkStoreSize(b *testing.B) {
 	const tenants = 20
 	ctx := ctxT(b)
 	for i := 0; i < b.N; i++ {
-		url := p.NewDatabase()
-		s := open(b, p, url, "size")
-		w := lead(b, s).Writer()
+		s, err := Open(ctx, p.NewDatabase(), p.Password, "size", passphrase, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := s.Campaign(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := l.Writer()
 		record := bytes.Repeat([]byte(`{"nodes":{"n":{"ip":"10.0.0.2"}}}`), 100)
 		for t := 0; t < tenants; t++ {
 			name := fmt.Sprintf("tenant-%02d", t)
@@ -129,6 +135,8 @@ func BenchmarkStoreSize(b *testing.B) {
 		}
 		b.ReportMetric(float64(total)/tenants/1024, "KiB/tenant")
 		b.ReportMetric(float64(states)/tenants/1024, "state-KiB/tenant")
+		_ = l.Resign(ctx)
+		s.Close()
 	}
 }
 
