@@ -17,7 +17,8 @@ TEST_TIMEOUT ?= 40m
 TEST_PARALLEL ?= 4
 # Debian packages the tests use: the tests' own brokers, mosquitto_sub to
 # record what they publish, shellcheck for the workflows' run: scripts, gcc
-# for the race detector (cgo)
+# for the race detector (cgo), postgresql for the state store's tests (they
+# start their own server with initdb in a temporary folder)
 
 .PHONY: all build build-demo tools test bench lint demo packages mosquitto pxe-deps chromium fuzz clean
 
@@ -47,6 +48,7 @@ packages:
 	{ command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto; } || missing="$$missing mosquitto"; \
 	command -v mosquitto_sub >/dev/null 2>&1 || missing="$$missing mosquitto-clients"; \
 	command -v shellcheck >/dev/null 2>&1 || missing="$$missing shellcheck"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v "$$($(GO) env CC)" >/dev/null 2>&1 || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "make test needs$$missing: run as root, or: sudo apt-get install$$missing"; exit 1; fi; \

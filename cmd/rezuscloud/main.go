@@ -27,6 +27,7 @@ Usage:
   rezuscloud validate FILE...                    check tenant files
   rezuscloud render   --tenant FILE --out DIR    write main.tf.json and Talos configs
   rezuscloud backup-pre [--config FILE]          fresh etcd snapshots before a Home Assistant backup (always exits 0)
+  rezuscloud state copy --from DIR|URL --to DIR|URL  move the state between a data folder and PostgreSQL
   rezuscloud version
 
 "rezuscloud COMMAND -h" lists the flags of a command.
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRender(ctx, args, stdout, stderr)
 	case "backup-pre":
 		err = cmdBackupPre(ctx, args, stdout, stderr)
+	case "state":
+		err = cmdState(ctx, args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "rezuscloud", version)
 	case "help", "-h", "--help":

@@ -86,6 +86,11 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
+	if cfg.State.URL != "" {
+		// Until the engine and this loop are wired to internal/state/postgres.
+		log.Warn("state.url is set, but this version still keeps the state in the data folder; see rezuscloud state copy",
+			zap.String("data_dir", cfg.DataDir))
+	}
 	pass, created, err := config.StatePassphrase(cfg.DataDir, cfg.Tofu.StatePassphrase)
 	if err != nil {
 		return err

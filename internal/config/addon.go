@@ -72,9 +72,13 @@ type MQTTOptions struct {
 	BaseTopic       string `json:"base_topic"`
 }
 
-// StateOptions is where the OpenTofu state lives and how it is encrypted.
+// StateOptions is where the state lives and how the OpenTofu state is
+// encrypted (TOML [tofu] state_passphrase and [state]).
 type StateOptions struct {
 	Passphrase Secret `json:"passphrase"`
+	URL        string `json:"url"`
+	Password   Secret `json:"password"`
+	Instance   string `json:"instance"`
 }
 
 // OCIOptions is an Oracle Cloud API signing key.
@@ -247,6 +251,7 @@ func (o Options) apply(c *Config) {
 	set(&c.MQTT.DiscoveryPrefix, m.DiscoveryPrefix)
 	set(&c.MQTT.BaseTopic, m.BaseTopic)
 	c.Tofu.StatePassphrase = o.State.Passphrase
+	c.State = State{URL: strings.TrimSpace(o.State.URL), Password: o.State.Password, Instance: strings.TrimSpace(o.State.Instance)}
 	c.Discovery.CIDRs = nonEmpty(o.Discovery.CIDRs)
 	set(&c.Discovery.Interval, o.Discovery.Interval)
 	c.Credentials.Redfish = RedfishCredentials{Username: o.Redfish.Username, Password: o.Redfish.Password}

@@ -64,6 +64,7 @@ type Config struct {
 	LogLevel      string        `toml:"log_level"`
 	MQTT          MQTT          `toml:"mqtt"`
 	Tofu          Tofu          `toml:"tofu"`
+	State         State         `toml:"state"`
 	HomeAssistant HomeAssistant `toml:"homeassistant"`
 	Discovery     Discovery     `toml:"discovery"`
 	Pool          Pool          `toml:"pool"`
@@ -99,6 +100,62 @@ type Tofu struct {
 	CLIConfig       string `toml:"cli_config"`
 	ParallelApplies int    `toml:"parallel_applies"`
 	StatePassphrase Secret `toml:"state_passphrase"`
+}
+
+// State is where rezuscloud keeps its state (docs/design.md §11.5): the
+// data folder when URL is empty, else the PostgreSQL database at URL,
+// shared by the instances that name it.
+type State struct {
+	// URL is postgres://role@host:5432/database; TLS is verified unless
+	// it says sslmode=require (encrypted, not verified) or disable.
+	URL string `toml:"url"`
+	// Password is the role's password (never in the URL, which is logged).
+	Password Secret `toml:"password"`
+	// Instance is this instance's name among those sharing the database;
+	// "" means the host name (InstanceName).
+	Instance string `toml:"instance"`
+}
+
+// InstanceName is Instance, or the host name when it is empty.
+func (s State) InstanceName() string {
+	if s.Instance != "" {
+		return s.Instance
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "rezuscloud"
+}
+
+var instanceRxp = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// checkStateURL checks a [state] url without ever echoing a password in it.
+func checkStateURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("is not a URL; it looks like postgres://user@host:5432/database")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return fmt.Errorf("scheme %q: must be postgres:// or postgresql://, such as postgres://user@host:5432/database", u.Scheme)
+	}
+	if _, ok := u.User.Password(); ok {
+		return errors.New("holds a password: put it in the state password instead (the URL is shown in messages)")
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return errors.New("has no host; it looks like postgres://user@host:5432/database")
+	}
+	if u.User.Username() == "" {
+		return errors.New("has no user (role); it looks like postgres://user@host:5432/database")
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db == "" || strings.Contains(db, "/") {
+		return errors.New("has no database; it looks like postgres://user@host:5432/database")
+	}
+	switch m := u.Query().Get("sslmode"); m {
+	case "", "verify-full", "verify-ca", "require", "disable":
+	default:
+		return fmt.Errorf("sslmode=%s is not offered: leave it out to verify the server's certificate, or say verify-ca, require (encrypted, not verified) or disable", m)
+	}
+	return nil
 }
 
 // HomeAssistant is the optional WebSocket API link.
@@ -420,6 +477,14 @@ func (c *Config) validate(name func(string) string) error {
 	if p := c.Tofu.StatePassphrase; p != "" && len(p) < 16 {
 		bad("tofu.state_passphrase", "is shorter than 16 characters (OpenTofu's minimum); leave it empty to have one generated")
 	}
+	if c.State.URL != "" {
+		if err := checkStateURL(c.State.URL); err != nil {
+			bad("state.url", "%v", err)
+		}
+	}
+	if c.State.Instance != "" && !instanceRxp.MatchString(c.State.Instance) {
+		bad("state.instance", "%q: up to 63 letters, digits, '.', '_' and '-', starting with a letter or digit", c.State.Instance)
+	}
 	if c.HomeAssistant.URL != "" {
 		if u, err := url.Parse(c.HomeAssistant.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("homeassistant.url", "%q must look like ws://homeassistant.local:8123/api/websocket", c.HomeAssistant.URL)
@@ -501,7 +566,7 @@ func (c *Config) validate(name func(string) string) error {
 // Secrets lists every secret value set, for log redaction.
 func (c *Config) Secrets() []string {
 	var out []string
-	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.HomeAssistant.Token, c.MCP.Token,
+	for _, s := range []Secret{c.MQTT.Password, c.Tofu.StatePassphrase, c.State.Password, c.HomeAssistant.Token, c.MCP.Token,
 		c.Credentials.OCI.PrivateKey, c.Credentials.OpenStack.Password, c.Credentials.Redfish.Password,
 		c.Credentials.IPMI.Password} {
 		if s != "" {

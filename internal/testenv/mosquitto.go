@@ -240,7 +240,8 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// writeCerts writes a CA-signed server certificate for 127.0.0.1.
+// writeCerts writes a CA-signed server certificate for 127.0.0.1 (and the
+// CA as ca.crt).
 func writeCerts(dir string) (certPath, keyPath string, roots *x509.CertPool, err error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -283,6 +284,10 @@ func writeCerts(dir string) (certPath, keyPath string, roots *x509.CertPool, err
 		return "", "", nil, err
 	}
 	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", nil, err
+	}
+	// The CA too, for clients that take a file (PostgreSQL's sslrootcert).
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
 		return "", "", nil, err
 	}
 	roots = x509.NewCertPool()

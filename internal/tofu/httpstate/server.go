@@ -25,7 +25,7 @@ const MaxStateSize = 256 << 20
 // Username is the basic-auth user tofu logs in as.
 const Username = "rezuscloud"
 
-// Server serves a Store over tofu's http backend protocol on 127.0.0.1 at a
+// Server serves a Backend (the data folder's Store, or PostgreSQL) over tofu's http backend protocol on 127.0.0.1 at a
 // random port, with basic auth under a random per-process password:
 //
 //	GET    /state/<name>        200 state | 404 none
@@ -34,6 +34,7 @@ const Username = "rezuscloud"
 //	UNLOCK /state/<name>        200 released | 423 + holder's lock JSON (another ID)
 type Server struct {
 	store    *Store
+	backend  Backend
 	log      *zap.Logger
 	ln       net.Listener
 	srv      *http.Server
@@ -43,6 +44,16 @@ type Server struct {
 
 // Start serves store on a random loopback port until Close.
 func Start(store *Store, log *zap.Logger) (*Server, error) {
+	s, err := StartBackend(store.Backend(), log)
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	return s, nil
+}
+
+// StartBackend serves b on a random loopback port until Close.
+func StartBackend(b Backend, log *zap.Logger) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -54,7 +65,7 @@ func Start(store *Store, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state backend: %w", err)
 	}
-	s := &Server{store: store, log: log, ln: ln, password: hex.EncodeToString(pw), done: make(chan struct{})}
+	s := &Server{backend: b, log: log, ln: ln, password: hex.EncodeToString(pw), done: make(chan struct{})}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -65,8 +76,12 @@ func Start(store *Store, log *zap.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Store is the store the server serves.
+// Store is the data folder's store the server serves (nil when it serves
+// another Backend).
 func (s *Server) Store() *Store { return s.store }
+
+// Backend is what the server serves.
+func (s *Server) Backend() Backend { return s.backend }
 
 // URL is the address of name's state.
 func (s *Server) URL(name string) string {
@@ -124,7 +139,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int {
 	switch r.Method {
 	case http.MethodGet:
-		data, ok, err := s.store.Get(name)
+		data, ok, err := s.backend.Get(r.Context(), name)
 		if err != nil {
 			return s.fail(w, err)
 		}
@@ -146,7 +161,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			http.Error(w, "state is not JSON", http.StatusBadRequest)
 			return http.StatusBadRequest
 		}
-		if err := s.store.Put(name, body, r.URL.Query().Get("ID")); err != nil {
+		if err := s.backend.Put(r.Context(), name, body, r.URL.Query().Get("ID")); err != nil {
 			return s.fail(w, err)
 		}
 		w.WriteHeader(http.StatusOK)
@@ -158,7 +173,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return http.StatusBadRequest
 		}
-		if err := s.store.lockRaw(name, info, body); err != nil {
+		if err := s.backend.Lock(r.Context(), name, info, body); err != nil {
 			return s.fail(w, err)
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -171,7 +186,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return http.StatusBadRequest
 		}
-		if err := s.store.Unlock(name, info.ID); err != nil {
+		if err := s.backend.Unlock(r.Context(), name, info.ID); err != nil {
 			return s.fail(w, err)
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -343,13 +343,7 @@ func (s *Store) readLock(dir string) (LockInfo, []byte, bool, error) {
 	if err != nil {
 		return LockInfo{}, nil, false, err
 	}
-	var li LockInfo
-	if err := json.Unmarshal(raw, &li); err != nil {
-		// A lock file we cannot read still means "locked": never hand out a
-		// second lock because the first is garbled.
-		li = LockInfo{ID: "unreadable", Info: "lock.json: " + err.Error()}
-		raw, _ = json.Marshal(li)
-	}
+	li, raw := ParseLock(raw, "lock.json")
 	return li, raw, true, nil
 }
 
