@@ -70,6 +70,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,6 +323,11 @@ type Workspace struct {
 	env        map[string]string
 	passphrase string
 	mu         *sync.Mutex
+	// applied are the outputs this workspace's last command, a successful
+	// apply, reported in its event stream: Output returns them instead of
+	// running `output -json` (a second state decryption) again. Any other
+	// command clears them.
+	applied map[string]*tfjson.StateOutput
 }
 
 // Workspace returns tenant's workspace, creating its work dir.
@@ -593,7 +599,31 @@ func (w *Workspace) Apply(ctx context.Context, plan *Plan, opts RunOptions) (*Re
 	}
 	s := stream{initialPlanned: plan.Planned()}
 	_, err := w.run(ctx, "apply", []string{"apply", "-input=false", "-json", "-auto-approve", plan.File}, &s, opts)
+	if err == nil {
+		w.applied = appliedOutputs(s.outputs)
+	}
 	return s.result(), err
+}
+
+// appliedOutputs are an apply's outputs event as `output -json` would give
+// them, or nil when the event did not carry every value (a sensitive
+// output has none in the stream, so Output must ask tofu).
+func appliedOutputs(evs map[string]OutputEvent) map[string]*tfjson.StateOutput {
+	if len(evs) == 0 {
+		return nil
+	}
+	m := make(map[string]*tfjson.StateOutput, len(evs))
+	for name, ev := range evs {
+		if ev.Sensitive || len(ev.Value) == 0 {
+			return nil
+		}
+		var v any
+		if err := json.Unmarshal(ev.Value, &v); err != nil {
+			return nil
+		}
+		m[name] = &tfjson.StateOutput{Value: v}
+	}
+	return m
 }
 
 // Destroy runs `destroy -auto-approve`. Confirming with the user is the
@@ -609,11 +639,15 @@ func (w *Workspace) Destroy(ctx context.Context, opts RunOptions) (*Result, erro
 	return s.result(), err
 }
 
-// Output returns the root module's outputs (`output -json`). Sensitive
+// Output returns the root module's outputs (`output -json`; right after a
+// successful apply of this workspace, what that apply reported). Sensitive
 // values are included in clear text: keep them out of logs and MQTT.
 func (w *Workspace) Output(ctx context.Context) (map[string]*tfjson.StateOutput, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.applied != nil {
+		return maps.Clone(w.applied), nil
+	}
 	if err := w.ensureInit(ctx, "output", RunOptions{}); err != nil {
 		return nil, err
 	}
@@ -719,6 +753,7 @@ func (s *stream) result() *Result {
 // run executes one tofu command in the work dir. With s set, stdout is the
 // -json event stream; otherwise it is returned (output/validate documents).
 func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream, opts RunOptions) ([]byte, error) {
+	w.applied = nil // whatever runs now may change the state
 	r := w.r
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.Timeout, fmt.Errorf("%w after %v", ErrTimeout, r.cfg.Timeout))
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -573,5 +574,46 @@ func TestBackendGoneMidApply(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws.Dir(), ErroredStateFile)); !os.IsNotExist(err) {
 		t.Error("errored.tfstate not moved away")
+	}
+}
+
+// TestOutputAfterApply: right after an apply, Output gives what the apply
+// reported, the same as `tofu output -json` (a map of objects, a string);
+// with a sensitive output, whose value the apply's stream does not carry,
+// Output asks tofu and the value is there.
+func TestOutputAfterApply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, sensitive := range []bool{false, true} {
+		r := newRunner(t, t.TempDir(), nil)
+		doc := []byte(fmt.Sprintf(`{"resource":{"terraform_data":{"a":{"input":"x"}}},
+			"output":{
+				"nodes":{"value":{"n1":{"address":"127.0.0.1","id":"1"},"n2":{"address":"127.0.0.2","id":"2"}}},
+				"endpoint":{"value":"127.0.0.1","sensitive":%t}}}`, sensitive))
+		ws := workspace(t, r, "lab", doc)
+		plan, err := ws.Plan(ctx, RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ws.Apply(ctx, plan, RunOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ws.Output(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := workspace(t, r, "lab", doc) // no apply of its own: runs tofu output
+		want, err := fresh.Output(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || len(want) != 2 {
+			t.Fatalf("sensitive %v: outputs %v, tofu's %v", sensitive, got, want)
+		}
+		for name := range want {
+			if got[name] == nil || !reflect.DeepEqual(got[name].Value, want[name].Value) {
+				t.Errorf("sensitive %v: output %s = %#v, tofu output -json says %#v", sensitive, name, got[name], want[name].Value)
+			}
+		}
 	}
 }
