@@ -73,15 +73,18 @@ func New(kubeconfig []byte) (*Client, error) {
 }
 
 // NewForConfig connects with a client-go config. A zero Timeout becomes
-// DefaultTimeout; zero QPS and Burst become 50 and 100 (client-go's 5 and
-// 10 would throttle a drain).
+// DefaultTimeout. A zero QPS means no client-side rate limit: the pools'
+// few requests are paced by their own waits, and client-go's limiter,
+// once its burst is spent, fails a request that would wait past the
+// context's deadline with its own error instead of letting the deadline
+// speak (a drain's timeout then read as a failed pod list).
 func NewForConfig(cfg *rest.Config) (*Client, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS = -1 // rest.RESTClientFor makes no limiter for QPS < 0
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "rezuscloud"
