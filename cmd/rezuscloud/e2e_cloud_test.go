@@ -33,12 +33,8 @@ func newCloudEnv(t *testing.T, hooks simcloud.Hooks) (*env, *cloudsim.Cloud) {
 	if err := os.WriteFile(e.tenantFile, []byte(tenant), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := cloud.Options()
-	fmt.Fprintf(f, `[credentials.openstack]
+	e.appendConfig(fmt.Sprintf(`[credentials.openstack]
 auth_url            = %q
 username            = %q
 password            = %q
@@ -46,8 +42,7 @@ project_name        = %q
 user_domain_name    = "Default"
 project_domain_name = "Default"
 region              = %q
-`, cloud.AuthURL(), o.Username, e2eCloudPassword, o.Project, o.Region)
-	f.Close()
+`, cloud.AuthURL(), o.Username, e2eCloudPassword, o.Project, o.Region))
 	return e, cloud
 }
 

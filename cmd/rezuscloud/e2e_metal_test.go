@@ -82,7 +82,27 @@ count = 0   # raised by Adopt
 	if err := os.WriteFile(e.tenantFile, []byte(lab), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	cloud := `provider           = "openstack"
+	if err := os.WriteFile(strings.Replace(e.tenantFile, "lab.toml", "cloud.toml", 1), []byte(cloudTenantDoc), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	cidr := m0.addr[:strings.LastIndexByte(m0.addr, '.')] + ".0/24"
+	extra := fmt.Sprintf(`[homeassistant]
+url   = %q
+token = %q
+[discovery]
+cidrs    = [%q]
+interval = "1h"
+[credentials.redfish]
+username = %q
+password = %q
+`, me.ha.URL, metalHAToken, cidr, redfishUser, redfishPassword)
+	e.appendConfig(extra)
+	return me
+}
+
+// cloudTenantDoc is an OpenStack tenant beside a metal one: a group that
+// takes no machines (adopt must refuse it).
+const cloudTenantDoc = `provider           = "openstack"
 talos_version      = "` + simnode.DefaultTalosVersion + `"
 kubernetes_version = "1.35.0"
 [openstack]
@@ -100,30 +120,6 @@ role   = "worker"
 count  = 0
 flavor = "m1.large"
 `
-	if err := os.WriteFile(strings.Replace(e.tenantFile, "lab.toml", "cloud.toml", 1), []byte(cloud), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	cidr := m0.addr[:strings.LastIndexByte(m0.addr, '.')] + ".0/24"
-	extra := fmt.Sprintf(`[homeassistant]
-url   = %q
-token = %q
-[discovery]
-cidrs    = [%q]
-interval = "1h"
-[credentials.redfish]
-username = %q
-password = %q
-`, me.ha.URL, metalHAToken, cidr, redfishUser, redfishPassword)
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := f.WriteString(extra); err != nil {
-		tb.Fatal(err)
-	}
-	f.Close()
-	return me
-}
 
 func (e *env) machineState(mac string) (machineDoc, bool) {
 	m, ok := e.cap.lastMsg(base + "/machine/" + strings.ReplaceAll(mac, ":", "") + "/state")

@@ -44,30 +44,6 @@ var panelDelays = simnode.Options{
 	DownDelay: 200 * time.Millisecond, BootDelay: 200 * time.Millisecond, ResetDelay: 100 * time.Millisecond,
 }
 
-// freeLoopbackPort returns a port free on 127.0.0.1 now.
-func freeLoopbackPort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// appendConfig appends TOML to the binary's configuration.
-func (e *env) appendConfig(text string) {
-	e.tb.Helper()
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(text); err != nil {
-		e.tb.Fatal(err)
-	}
-}
-
 // panelLab is the lab of the panel test: auto_apply off (the panel shows
 // Approve under the plan only then), the control plane declared with its
 // MAC, no workers yet (adopted from the Machines page).
@@ -97,25 +73,6 @@ count = 0   # raised by Adopt
 `, simnode.DefaultTalosVersion, m0.addr, hw.MAC, hw.InstallDisk)
 }
 
-const panelCloud = `provider           = "openstack"
-talos_version      = "` + simnode.DefaultTalosVersion + `"
-kubernetes_version = "1.35.0"
-[openstack]
-region  = "RegionOne"
-network = "lan"
-image   = "talos"
-[[node_groups]]
-name   = "cp"
-role   = "controlplane"
-count  = 1
-flavor = "m1.large"
-[[node_groups]]
-name   = "workers"
-role   = "worker"
-count  = 0
-flavor = "m1.large"
-`
-
 // TestE2EPanel is issue 22's browser test against the built binary: the
 // panel ([panel] listen on loopback, trusting only the ingress's address)
 // through the ingress stand-in in headless Chromium. It proves that the
@@ -133,7 +90,7 @@ func TestE2EPanel(t *testing.T) {
 	if err := os.WriteFile(e.tenantFile, []byte(panelLab(m0)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.tenantsDir, "cloud.toml"), []byte(panelCloud), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.tenantsDir, "cloud.toml"), []byte(cloudTenantDoc), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nw := m0.addr[:strings.LastIndexByte(m0.addr, '.')]

@@ -21,7 +21,6 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/kube"
 	"github.com/rezuscloud/rezuscloud/internal/kube/kubesim"
-	"github.com/rezuscloud/rezuscloud/internal/talos/simnode"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
 
@@ -91,31 +90,8 @@ func newPoolEnv(t *testing.T) *poolEnv {
 		}
 	})
 
-	var b strings.Builder
-	fmt.Fprintf(&b, `display_name       = "Lab"
-provider           = "metal"
-talos_version      = %q
-kubernetes_version = "1.35.0"
-auto_apply         = true
-
-[[node_groups]]
-name  = "cp"
-role  = "controlplane"
-count = 1
-  [[node_groups.machines]]
-  address      = %q
-  install_disk = "/dev/sda"
-
-[[node_groups]]
-name  = "workers"
-role  = "worker"
-count = 3
-`, simnode.DefaultTalosVersion, e.machines[0].addr)
-	for i, m := range e.machines[1:] {
-		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address      = %q\n  install_disk = \"/dev/sda\"\n  power        = \"switch.worker_%d\"\n", m.addr, i+1)
-	}
 	// short delays: the test's clock is the real one
-	b.WriteString(`  [node_groups.pool]
+	doc := e.tenantTOMLWith(func(i int) string { return fmt.Sprintf("  power        = \"switch.worker_%d\"\n", i+1) }, `  [node_groups.pool]
   mode          = "on"
   min           = 0
   watts         = 60
@@ -125,15 +101,10 @@ count = 3
   min_off       = "0s"
   cooldown      = "1s"
 `)
-	if err := os.WriteFile(e.tenantFile, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(e.tenantFile, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(f, "[homeassistant]\nurl   = %q\ntoken = %q\n[pool]\ninterval = \"1s\"\n", pe.ha.URL, poolHAToken)
-	f.Close()
+	e.appendConfig(fmt.Sprintf("[homeassistant]\nurl   = %q\ntoken = %q\n[pool]\ninterval = \"1s\"\n", pe.ha.URL, poolHAToken))
 	return pe
 }
 

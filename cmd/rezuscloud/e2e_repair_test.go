@@ -21,14 +21,7 @@ func TestMetalDeadMachines(t *testing.T) {
 	me := newMetalEnv(t, 4)
 	e := me.env
 	found := e.machines[1:]
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("[engine]\nunreachable_after = \"3s\"\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	e.appendConfig("[engine]\nunreachable_after = \"3s\"\n")
 	e.start()
 	e.cap.wait(e.proc, phaseTimeout, "three machine devices after the first scan", func() bool {
 		for _, m := range found {
@@ -122,14 +115,7 @@ func TestMetalDeadMachines(t *testing.T) {
 // the problem goes.
 func TestE2ECloudDrift(t *testing.T) {
 	e, cloud := newCloudEnv(t, simcloud.Hooks{})
-	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("[engine]\ndrift_interval = \"2s\"\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	e.appendConfig("[engine]\ndrift_interval = \"2s\"\n")
 	e.start()
 	m := e.cap.mark()
 	e.mustOK("apply", map[string]any{"tenant": "lab"})

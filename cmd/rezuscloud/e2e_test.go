@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -669,9 +670,38 @@ func startMachines(tb testing.TB, n int, delays simnode.Options) ([]machine, *si
 	return ms, c.World
 }
 
+// freeLoopbackPort returns a port free on 127.0.0.1 now.
+func freeLoopbackPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// appendConfig appends TOML to the binary's configuration.
+func (e *env) appendConfig(text string) {
+	e.tb.Helper()
+	f, err := os.OpenFile(e.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		e.tb.Fatal(err)
+	}
+}
+
 // tenantTOML declares a metal tenant: one control plane on machine 0, the
 // other machines as the workers' pool, opts.workers of them in use.
-func (e *env) tenantTOML() string {
+func (e *env) tenantTOML() string { return e.tenantTOMLWith(nil, "") }
+
+// tenantTOMLWith is tenantTOML with more keys for the i-th worker machine
+// (lines of "  key = value\n"; nil: none) and a tail for the workers'
+// group (its [node_groups.pool], say).
+func (e *env) tenantTOMLWith(machineKeys func(i int) string, workersTail string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# written by the end-to-end test; Home Assistant changes the counts
 display_name       = "Lab"
@@ -694,9 +724,13 @@ name  = "workers"
 role  = "worker"
 count = %d   # set from Home Assistant
 `, simnode.DefaultTalosVersion, e.machines[0].addr, len(e.machines)-1, e.opts.workers)
-	for _, m := range e.machines[1:] {
+	for i, m := range e.machines[1:] {
 		fmt.Fprintf(&b, "  [[node_groups.machines]]\n  address      = %q\n  install_disk = \"/dev/sda\"\n", m.addr)
+		if machineKeys != nil {
+			b.WriteString(machineKeys(i))
+		}
 	}
+	b.WriteString(workersTail)
 	return b.String()
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,12 +23,7 @@ import (
 // the configured loopback port behind a token generated once (0600, never
 // logged), with the read tools only while writes are off.
 func TestStartMCP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freeLoopbackPort(t)
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.MCP.Enabled, cfg.MCP.Port = true, port

@@ -23,14 +23,8 @@ func TestAssistExpose(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadFile(writeFile(t, "c.toml", tc.body))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v, want an error with %q", err, tc.err)
-				}
+			if !loadedAsWanted(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.HomeAssistant.AssistExpose != tc.want {
 				t.Errorf("assist_expose = %v, want %v", c.HomeAssistant.AssistExpose, tc.want)

@@ -16,6 +16,23 @@ import (
 	"go.yaml.in/yaml/v4"
 )
 
+// loadedAsWanted checks a load's error against the one a table row wants
+// ("" none): it fails the test on any other outcome and reports whether
+// there is a configuration to look at.
+func loadedAsWanted(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want != "" {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("got %v, want an error with %q", err, want)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
 func writeFile(t *testing.T, name, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -23,14 +22,8 @@ func TestPoolEntities(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadFile(writeFile(t, "c.toml", tc.body))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v, want an error with %q", err, tc.err)
-				}
+			if !loadedAsWanted(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.Pool.PriceEntity != tc.price || c.Pool.BatteryEntity != tc.battery {
 				t.Errorf("pool = %+v", c.Pool)

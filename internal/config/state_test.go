@@ -81,14 +81,8 @@ func TestStateOptions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadAddon(context.Background(), writeFile(t, "options.json", tc.options), Supervisor{})
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v, want an error with %q", err, tc.err)
-				}
+			if !loadedAsWanted(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.State != tc.want {
 				t.Errorf("state = %+v, want %+v", c.State, tc.want)

@@ -255,14 +255,7 @@ func (ts *tenantState) loadBackup() {
 // operation queue (a failure is logged and shows as a stale backup, it
 // fails no operation).
 func (e *Engine) backupLoop(ctx context.Context, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, every, func() {
 		for _, ts := range e.states() {
 			ts.loadBackup()
 			t, rec := ts.snapshot()
@@ -287,5 +280,5 @@ func (e *Engine) backupLoop(ctx context.Context, every time.Duration) {
 			}
 			cancel()
 		}
-	}
+	})
 }

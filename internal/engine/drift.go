@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -23,14 +22,7 @@ func (e *Engine) driftLoop(ctx context.Context) {
 	if e.opts.DriftInterval < 0 {
 		return
 	}
-	tick := time.NewTicker(e.opts.DriftInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, e.opts.DriftInterval, func() {
 		for _, ts := range e.states() {
 			if ctx.Err() != nil {
 				return
@@ -39,7 +31,7 @@ func (e *Engine) driftLoop(ctx context.Context) {
 				e.log.Warn("checking for drift", zap.String("tenant", ts.name), zap.Error(err))
 			}
 		}
-	}
+	})
 }
 
 // checkDrift runs one refresh-only plan of an idle cloud tenant with

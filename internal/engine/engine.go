@@ -280,7 +280,17 @@ func (e *Engine) Ready() <-chan struct{} { return e.ready }
 // unreachable for too long, a stale backup): every half minute, or more
 // often when a stall is to be seen sooner.
 func (e *Engine) clockLoop(ctx context.Context) {
-	tick := time.NewTicker(min(30*time.Second, max(e.opts.StallAfter/4, time.Second)))
+	everyTick(ctx, min(30*time.Second, max(e.opts.StallAfter/4, time.Second)), func() {
+		for _, ts := range e.states() {
+			ts.changed()
+		}
+	})
+}
+
+// everyTick calls f every d (the first time after d) until ctx ends: the
+// engine's periodic loops (clock, backups, pools, drift).
+func everyTick(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -288,9 +298,7 @@ func (e *Engine) clockLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, ts := range e.states() {
-			ts.changed()
-		}
+		f()
 	}
 }
 

@@ -101,14 +101,7 @@ func (ts *tenantState) savePool(group string, st pool.State) error {
 
 // poolLoop decides for every pooled group every PoolInterval.
 func (e *Engine) poolLoop(ctx context.Context) {
-	tick := time.NewTicker(e.opts.PoolInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, e.opts.PoolInterval, func() {
 		var plugs []string
 		for _, ts := range e.states() {
 			t, rec := ts.snapshot()
@@ -133,7 +126,7 @@ func (e *Engine) poolLoop(ctx context.Context) {
 			slices.Sort(plugs)
 			e.opts.PoolInputs.SetPlugs(slices.Compact(plugs))
 		}
-	}
+	})
 }
 
 // poolStep makes one decision for a pooled group and, in mode on, queues

@@ -47,6 +47,11 @@ func restFor(cfg *rest.Config, s *runtime.Scheme, gv schema.GroupVersion, apiPat
 	return rc, nil
 }
 
+// into sends r and decodes the answer into out.
+func into[T runtime.Object](ctx context.Context, r *rest.Request, out T) (T, error) {
+	return out, r.Do(ctx).Into(out)
+}
+
 // coreAPI is the core/v1 calls.
 type coreAPI struct {
 	rc rest.Interface
@@ -62,35 +67,25 @@ type podsAPI struct {
 }
 
 func (a podsAPI) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	out := &corev1.PodList{}
-	err := a.rc.Get().Namespace(a.ns).Resource("pods").VersionedParams(&opts, a.pc).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Get().Namespace(a.ns).Resource("pods").VersionedParams(&opts, a.pc), &corev1.PodList{})
 }
 
 func (a podsAPI) Get(ctx context.Context, name string, _ metav1.GetOptions) (*corev1.Pod, error) {
-	out := &corev1.Pod{}
-	err := a.rc.Get().Namespace(a.ns).Resource("pods").Name(name).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Get().Namespace(a.ns).Resource("pods").Name(name), &corev1.Pod{})
 }
 
 type nodesAPI struct{ coreAPI }
 
 func (a nodesAPI) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
-	out := &corev1.NodeList{}
-	err := a.rc.Get().Resource("nodes").VersionedParams(&opts, a.pc).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Get().Resource("nodes").VersionedParams(&opts, a.pc), &corev1.NodeList{})
 }
 
 func (a nodesAPI) Get(ctx context.Context, name string, _ metav1.GetOptions) (*corev1.Node, error) {
-	out := &corev1.Node{}
-	err := a.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Get().Resource("nodes").Name(name), &corev1.Node{})
 }
 
 func (a nodesAPI) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions) (*corev1.Node, error) {
-	out := &corev1.Node{}
-	err := a.rc.Patch(pt).Resource("nodes").Name(name).Body(data).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Patch(pt).Resource("nodes").Name(name).Body(data), &corev1.Node{})
 }
 
 // policyAPI is the policy/v1 calls.
@@ -109,7 +104,5 @@ type pdbsAPI struct {
 }
 
 func (a pdbsAPI) List(ctx context.Context, opts metav1.ListOptions) (*policyv1.PodDisruptionBudgetList, error) {
-	out := &policyv1.PodDisruptionBudgetList{}
-	err := a.rc.Get().Namespace(a.ns).Resource("poddisruptionbudgets").VersionedParams(&opts, a.pc).Do(ctx).Into(out)
-	return out, err
+	return into(ctx, a.rc.Get().Namespace(a.ns).Resource("poddisruptionbudgets").VersionedParams(&opts, a.pc), &policyv1.PodDisruptionBudgetList{})
 }

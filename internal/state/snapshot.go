@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -139,12 +138,8 @@ func ReadDir(data string) (*Snapshot, error) {
 				return fmt.Errorf("tenant %s: the state is locked (lock ID %s, %s by %s): stop rezuscloud, or let the operation finish, and copy again",
 					name, li.ID, li.Operation, li.Who)
 			}
-			seqText, ok := strings.CutPrefix(f, "v")
-			if seqText, ok = strings.CutSuffix(seqText, ".tfstate"); !ok {
-				continue
-			}
-			seq, err := strconv.ParseInt(seqText, 10, 64)
-			if err != nil {
+			seq, ok := httpstate.ParseVersionFile(f)
+			if !ok {
 				continue
 			}
 			b, err := safefile.Read(p, httpstate.MaxStateSize)
@@ -319,7 +314,7 @@ func WriteDir(data string, snap *Snapshot) (missing []Backup, err error) {
 		}
 		sd := filepath.Join(statesDir(data), t.Name)
 		for _, v := range t.States {
-			p := filepath.Join(sd, fmt.Sprintf("v%012d.tfstate", v.Seq))
+			p := filepath.Join(sd, httpstate.VersionFile(v.Seq))
 			if err := writeFile(p, v.Data); err != nil {
 				return nil, err
 			}

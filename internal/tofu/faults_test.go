@@ -207,33 +207,14 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 // is freed the next plan creates nothing again.
 func TestFullDiskDuringApply(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs as the data dir")
-	}
 	ctx := context.Background()
-	mnt := filepath.Join(t.TempDir(), "data")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s); the full-disk test needs one", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := smallDataDir(t, "48m")
 	r := newRunner(t, mnt, nil) // closed before the umount (cleanups run last first)
 	if !r.Store().HasReserve() {
 		t.Fatal("no reserve on an empty data dir")
 	}
 	fill := filepath.Join(mnt, "fill")
-	doc := []byte(`{"resource":{"terraform_data":{
-		"r00":{"input":"a"},
-		"r01":{"input":"b"},
-		"filler":{"depends_on":["terraform_data.r00","terraform_data.r01"],
-			"provisioner":[{"local-exec":{"command":"cat /dev/zero > ` + fill + ` 2>/dev/null; true"}}]},
-		"after":{"input":"c","depends_on":["terraform_data.filler"]}}}}`)
+	doc := fillingDoc(fill)
 	ws := workspace(t, r, "lab", doc)
 	plan, err := ws.Plan(ctx, RunOptions{})
 	if err != nil {
@@ -273,33 +254,14 @@ func TestFullDiskDuringApply(t *testing.T) {
 // nothing again: what the failed apply created is tracked.
 func TestFullDiskWithoutReserve(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs as the data dir")
-	}
 	ctx := context.Background()
-	mnt := filepath.Join(t.TempDir(), "data")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s); the full-disk test needs one", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := smallDataDir(t, "24m")
 	r := newRunner(t, mnt, nil)
 	if r.Store().HasReserve() {
 		t.Fatal("a reserve on a data dir too small for it")
 	}
 	fill := filepath.Join(mnt, "fill")
-	doc := []byte(`{"resource":{"terraform_data":{
-		"r00":{"input":"a"},
-		"r01":{"input":"b"},
-		"filler":{"depends_on":["terraform_data.r00","terraform_data.r01"],
-			"provisioner":[{"local-exec":{"command":"cat /dev/zero > ` + fill + ` 2>/dev/null; true"}}]},
-		"after":{"input":"c","depends_on":["terraform_data.filler"]}}}}`)
+	doc := fillingDoc(fill)
 	ws := workspace(t, r, "lab", doc)
 	plan, err := ws.Plan(ctx, RunOptions{})
 	if err != nil {
@@ -366,4 +328,37 @@ func TestWorkspaceFilesPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("apply")
+}
+
+// smallDataDir mounts a tmpfs of size (root only; the test is skipped
+// where it cannot) as a data dir that a full-disk test can fill.
+func smallDataDir(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs as the data dir")
+	}
+	mnt := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); the full-disk test needs one", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// fillingDoc creates two resources, then fills the disk by writing fill
+// (a provisioner), then creates one more.
+func fillingDoc(fill string) []byte {
+	return []byte(`{"resource":{"terraform_data":{
+		"r00":{"input":"a"},
+		"r01":{"input":"b"},
+		"filler":{"depends_on":["terraform_data.r00","terraform_data.r01"],
+			"provisioner":[{"local-exec":{"command":"cat /dev/zero > ` + fill + ` 2>/dev/null; true"}}]},
+		"after":{"input":"c","depends_on":["terraform_data.filler"]}}}}`)
 }

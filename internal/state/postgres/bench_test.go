@@ -159,14 +159,7 @@ func BenchmarkFailover(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			standby := stores[(i+1)%2]
-			got := make(chan *Leadership, 1)
-			go func() {
-				nl, err := standby.Campaign(context.Background())
-				if err != nil {
-					b.Error(err)
-				}
-				got <- nl
-			}()
+			got := campaignAsync(b, standby)
 			b.StopTimer()
 			waitCampaigning(b, p, standby.Instance())
 			b.StartTimer()
@@ -207,14 +200,7 @@ func BenchmarkFailover(b *testing.B) {
 				_ = cmd.Process.Kill()
 				b.Fatalf("helper leader: %q %v", line, err)
 			}
-			got := make(chan *Leadership, 1)
-			go func() {
-				nl, err := standby.Campaign(context.Background())
-				if err != nil {
-					b.Error(err)
-				}
-				got <- nl
-			}()
+			got := campaignAsync(b, standby)
 			waitCampaigning(b, p, standby.Instance())
 			b.StartTimer()
 			start := time.Now()
@@ -262,4 +248,18 @@ func TestStateHelperLeader(t *testing.T) {
 	case <-time.After(time.Minute):
 	}
 	t.Fatal("the leader was not killed within a minute")
+}
+
+// campaignAsync campaigns for s in the background; the channel gets the
+// leadership (nil after an error, reported on b).
+func campaignAsync(b *testing.B, s *Store) <-chan *Leadership {
+	got := make(chan *Leadership, 1)
+	go func() {
+		nl, err := s.Campaign(context.Background())
+		if err != nil {
+			b.Error(err)
+		}
+		got <- nl
+	}()
+	return got
 }

@@ -155,12 +155,8 @@ func (s *Store) versions(dir string) ([]Version, error) {
 	}
 	var out []Version
 	for _, e := range ents {
-		n := e.Name()
-		if !strings.HasPrefix(n, "v") || !strings.HasSuffix(n, ".tfstate") {
-			continue
-		}
-		seq, err := strconv.ParseInt(strings.TrimSuffix(n[1:], ".tfstate"), 10, 64)
-		if err != nil {
+		seq, ok := ParseVersionFile(e.Name())
+		if !ok {
 			continue
 		}
 		v := Version{Seq: seq}
@@ -174,7 +170,22 @@ func (s *Store) versions(dir string) ([]Version, error) {
 }
 
 func versionFile(dir string, seq int64) string {
-	return filepath.Join(dir, fmt.Sprintf("v%012d.tfstate", seq))
+	return filepath.Join(dir, VersionFile(seq))
+}
+
+// VersionFile is the file name of state version seq in a name's folder
+// (v<seq, 12 digits>.tfstate).
+func VersionFile(seq int64) string { return fmt.Sprintf("v%012d.tfstate", seq) }
+
+// ParseVersionFile is VersionFile's inverse: ok=false for any other name.
+func ParseVersionFile(name string) (seq int64, ok bool) {
+	digits, pre := strings.CutPrefix(name, "v")
+	digits, suf := strings.CutSuffix(digits, ".tfstate")
+	if !pre || !suf || digits == "" {
+		return 0, false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	return seq, err == nil
 }
 
 // Get returns the current state of name, or ok=false when there is none.
