@@ -8,6 +8,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
@@ -15,8 +16,9 @@ import (
 
 // ErrFenced refuses a write from a leadership that is no longer the
 // current one: another instance has led since, and whatever the old leader
-// believed may be stale. Nothing was written.
-var ErrFenced = errors.New("write refused: this instance no longer leads (another instance has taken over since)")
+// believed may be stale. Nothing was written. It wraps httpstate.ErrRefused,
+// so the state server answers tofu with a status it does not retry.
+var ErrFenced = fmt.Errorf("%w: this instance no longer leads (another instance has taken over since)", httpstate.ErrRefused)
 
 // ErrNewerSchema refuses to use a store whose schema was made by a newer
 // rezuscloud than this one.

@@ -3,8 +3,16 @@ package httpstate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
+
+// ErrRefused is a Backend refusing a request for good: asking again cannot
+// succeed (the PostgreSQL store's state.ErrFenced wraps it: this instance no
+// longer leads). The Server answers it with a 4xx status, which tofu does not
+// retry, and keeps it for Server.TakeRefusal; any other Backend error is a
+// 500 that tofu retries.
+var ErrRefused = errors.New("write refused")
 
 // Backend is what the Server serves tofu's http backend protocol from: the
 // data folder's Store (Store.Backend) or the PostgreSQL store

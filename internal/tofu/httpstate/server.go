@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -40,6 +41,9 @@ type Server struct {
 	srv      *http.Server
 	password string
 	done     chan struct{}
+
+	mu      sync.Mutex
+	refused map[string]error // the last ErrRefused of each state name
 }
 
 // Start serves store on a random loopback port until Close.
@@ -65,7 +69,8 @@ func StartBackend(b Backend, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state backend: %w", err)
 	}
-	s := &Server{backend: b, log: log, ln: ln, password: hex.EncodeToString(pw), done: make(chan struct{})}
+	s := &Server{backend: b, log: log, ln: ln, password: hex.EncodeToString(pw), done: make(chan struct{}),
+		refused: map[string]error{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -102,6 +107,18 @@ func (s *Server) Env(name string) []string {
 		"TF_HTTP_USERNAME=" + Username,
 		"TF_HTTP_PASSWORD=" + s.password,
 	}
+}
+
+// TakeRefusal returns the last error of name's requests that the backend
+// refused (ErrRefused), or nil, and forgets it. tofu shows only the status
+// of a refused upload ("HTTP error: 409"), so this is how the runner learns
+// why.
+func (s *Server) TakeRefusal(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.refused[name]
+	delete(s.refused, name)
+	return err
 }
 
 // Password is the per-process basic-auth password (for redaction).
@@ -141,7 +158,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 	case http.MethodGet:
 		data, ok, err := s.backend.Get(r.Context(), name)
 		if err != nil {
-			return s.fail(w, err)
+			return s.fail(w, r, name, err)
 		}
 		if !ok {
 			http.Error(w, "no state", http.StatusNotFound)
@@ -162,7 +179,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			return http.StatusBadRequest
 		}
 		if err := s.backend.Put(r.Context(), name, body, r.URL.Query().Get("ID")); err != nil {
-			return s.fail(w, err)
+			return s.fail(w, r, name, err)
 		}
 		w.WriteHeader(http.StatusOK)
 		return http.StatusOK
@@ -174,7 +191,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			return http.StatusBadRequest
 		}
 		if err := s.backend.Lock(r.Context(), name, info, body); err != nil {
-			return s.fail(w, err)
+			return s.fail(w, r, name, err)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
@@ -187,7 +204,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 			return http.StatusBadRequest
 		}
 		if err := s.backend.Unlock(r.Context(), name, info.ID); err != nil {
-			return s.fail(w, err)
+			return s.fail(w, r, name, err)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
@@ -203,8 +220,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, name string) int 
 }
 
 // fail answers a lock conflict with 423 and the holder's lock JSON (what
-// tofu decodes to show who holds it), anything else with 500.
-func (s *Server) fail(w http.ResponseWriter, err error) int {
+// tofu decodes to show who holds it); a refusal (ErrRefused) with 409
+// Conflict, or 403 Forbidden to LOCK (tofu reads 409 there as "already
+// locked"), which tofu does not retry; anything else (the backend is
+// unavailable) with 500, which tofu's http backend retries.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, name string, err error) int {
 	var le *LockError
 	if errors.As(err, &le) {
 		w.Header().Set("Content-Type", "application/json")
@@ -215,6 +235,18 @@ func (s *Server) fail(w http.ResponseWriter, err error) int {
 		}
 		_, _ = w.Write(raw)
 		return http.StatusLocked
+	}
+	if errors.Is(err, ErrRefused) {
+		s.mu.Lock()
+		s.refused[name] = err
+		s.mu.Unlock()
+		s.log.Warn("state backend refused", zap.String("method", r.Method), zap.String("state", name), zap.Error(err))
+		code := http.StatusConflict
+		if r.Method == "LOCK" {
+			code = http.StatusForbidden
+		}
+		http.Error(w, err.Error(), code)
+		return code
 	}
 	s.log.Error("state backend", zap.Error(err))
 	http.Error(w, "state backend error", http.StatusInternalServerError)
