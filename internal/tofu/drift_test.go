@@ -81,7 +81,7 @@ func apply(t *testing.T, ws *Workspace) ChangeSummary {
 // (the state holds resources), that it refreshed them.
 func drift(t *testing.T, r *Runner, ws *Workspace, refreshes bool) *Drift {
 	t.Helper()
-	before, err := r.store.Versions("lab")
+	before, err := r.file.Versions("lab")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func drift(t *testing.T, r *Runner, ws *Workspace, refreshes bool) *Drift {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := r.store.Versions("lab")
+	after, _ := r.file.Versions("lab")
 	if !slices.Equal(before, after) {
 		t.Errorf("the drift check wrote state: versions %v, then %v", before, after)
 	}

@@ -1,8 +1,11 @@
 package tofu
 
 import (
+	"context"
 	"fmt"
 	"strings"
+
+	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
@@ -89,10 +92,21 @@ func (w *Workspace) newError(op string, code int, diags []Diagnostic, stderr str
 		text += d.Summary + "\n" + d.Detail + "\n"
 	}
 	text += stderr
+	// tofu shows only the status of a request the backend refused; the
+	// server kept why (this instance no longer leads the shared store).
+	refusal := w.r.server.TakeRefusal(w.name)
 	switch {
+	case refusal != nil:
+		e.Causes = append(e.Causes, refusal)
 	case strings.Contains(text, "already locked"):
 		e.Causes = append(e.Causes, ErrStateLocked)
-		if li, ok := w.r.store.LockOf(w.name); ok {
+		ctx, cancel := stateContext(context.Background())
+		li, ok, err := w.r.states.LockOf(ctx, w.name)
+		cancel()
+		if err != nil {
+			w.r.log.Warn("reading the state lock", zap.String("tenant", w.name), zap.Error(err))
+		}
+		if ok {
 			e.Lock = &li
 		}
 	case strings.Contains(text, "decryption failed") || strings.Contains(text, "message authentication failed"):
@@ -100,7 +114,7 @@ func (w *Workspace) newError(op string, code int, diags []Diagnostic, stderr str
 	case providerFailure(diags):
 		e.Causes = append(e.Causes, ErrProvider)
 	}
-	if w.r.store.Unsaved(w.name) {
+	if w.r.file != nil && w.r.file.Unsaved(w.name) {
 		e.Causes = append(e.Causes, ErrStateUnsaved)
 	}
 	if cause != nil {

@@ -157,7 +157,7 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 
 	// Restart at once.
 	r := newRunner(t, dataDir, nil)
-	if _, held := r.Lock("lab"); !held {
+	if _, held := lockOf(t, r, "lab"); !held {
 		t.Fatal("the orphan holds no lock")
 	}
 	if err := r.Recover(ctx, "lab"); err != nil {
@@ -166,7 +166,7 @@ func TestKilledAddOnLeavesTofu(t *testing.T) {
 	if orphan.alive() {
 		t.Fatal("the orphaned tofu still runs after Recover")
 	}
-	if li, held := r.Lock("lab"); held {
+	if li, held := lockOf(t, r, "lab"); held {
 		t.Fatalf("lock kept after the orphan was stopped: %+v", li)
 	}
 	if _, err := os.Stat(filepath.Join(ws.dir, ErroredStateFile)); !os.IsNotExist(err) {

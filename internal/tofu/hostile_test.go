@@ -25,7 +25,7 @@ func TestHostileWorkspaceFiles(t *testing.T) {
 	}{
 		{"process record", ProcessFile, func(r *Runner, _ *Workspace) error { return r.Recover(context.Background(), "lab") }},
 		{"errored state", ErroredStateFile, func(r *Runner, _ *Workspace) error {
-			r.store.ForceUnlock("lab", "dead-tofu") // recovery reads it only while unlocked
+			r.file.ForceUnlock("lab", "dead-tofu") // recovery reads it only while unlocked
 			return r.Recover(context.Background(), "lab")
 		}},
 		{"document", ConfigFile, func(_ *Runner, ws *Workspace) error { _, err := ws.needsInit(); return err }},
@@ -45,10 +45,10 @@ func TestHostileWorkspaceFiles(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := r.store.Put("lab", fakeState(1, "L"), ""); err != nil {
+				if err := r.file.Put("lab", fakeState(1, "L"), ""); err != nil {
 					t.Fatal(err)
 				}
-				if err := r.store.Lock("lab", httpstate.LockInfo{ID: "dead-tofu"}); err != nil {
+				if err := r.file.Lock("lab", httpstate.LockInfo{ID: "dead-tofu"}); err != nil {
 					t.Fatal(err)
 				}
 				path := filepath.Join(ws.Dir(), c.file)
@@ -67,11 +67,11 @@ func TestHostileWorkspaceFiles(t *testing.T) {
 				}
 				safefiletest.Unchanged(t, k, path)
 				if c.name == "process record" {
-					if _, held := r.Lock("lab"); !held {
+					if _, held := lockOf(t, r, "lab"); !held {
 						t.Error("the state lock was released with an unreadable process record")
 					}
 				}
-				if cur, _, _ := r.store.Get("lab"); string(cur) != string(fakeState(1, "L")) {
+				if cur, _, _ := r.file.Get("lab"); string(cur) != string(fakeState(1, "L")) {
 					t.Errorf("stored state changed: %s", cur)
 				}
 				if moved, _ := filepath.Glob(path + ".*"); len(moved) != 0 {

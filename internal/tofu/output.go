@@ -136,7 +136,10 @@ func (r *Runner) privatize(dirs ...string) {
 // disk-space reserve back after a full disk used it, saying so while it
 // cannot.
 func (r *Runner) keepReserve() (written []string) {
-	written, left := r.store.FlushUnsaved()
+	if r.file == nil {
+		return nil // no data folder store: no full-disk handling
+	}
+	written, left := r.file.FlushUnsaved()
 	if len(left) > 0 {
 		r.log.Error("the data folder is full: the OpenTofu state of these tenants is held in memory only; free space now (a restart would lose it)",
 			zap.Strings("tenants", left))
@@ -144,10 +147,10 @@ func (r *Runner) keepReserve() (written []string) {
 	if len(written) > 0 {
 		r.log.Warn("the data folder filled up: the OpenTofu state held in memory is written now", zap.Strings("tenants", written))
 	}
-	if r.store.HasReserve() {
+	if r.file.HasReserve() {
 		return written
 	}
-	if err := r.store.Reserve(); err != nil {
+	if err := r.file.Reserve(); err != nil {
 		r.log.Warn("the data dir is (nearly) full: the space kept to save state after a full disk is used up; free some space", zap.Error(err))
 		return written
 	}

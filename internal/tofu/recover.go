@@ -62,8 +62,12 @@ func (r *Runner) Recover(ctx context.Context, tenant string) error {
 		w.removeProcRecord()
 	}
 	w.removeOutputFiles()
-	if li, held := r.store.LockOf(tenant); held {
-		if err := r.store.ForceUnlock(tenant, li.ID); err != nil {
+	li, held, err := r.states.LockOf(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("tofu recover %s: reading the state lock: %w", tenant, err)
+	}
+	if held {
+		if err := r.states.ForceUnlock(ctx, tenant, li.ID); err != nil {
 			return fmt.Errorf("tofu recover %s: %w", tenant, err)
 		}
 		log.Warn("released a stale state lock left by an interrupted tofu run", zap.String("lock", li.ID),
@@ -72,7 +76,7 @@ func (r *Runner) Recover(ctx context.Context, tenant string) error {
 	if _, err := os.Stat(w.dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return w.recoverErroredState("recover")
+	return w.recoverErroredState(ctx, "recover")
 }
 
 func (r *Runner) pollInterval() time.Duration { return 100 * time.Millisecond }
@@ -107,7 +111,7 @@ func parseStateMeta(data []byte) (stateMeta, error) {
 // aside with a timestamp and logged, never imported over newer state and
 // never left to block every later command. While the state is locked the
 // file is left alone: the lock may be the tofu still writing it.
-func (w *Workspace) recoverErroredState(op string) error {
+func (w *Workspace) recoverErroredState(ctx context.Context, op string) error {
 	p := filepath.Join(w.dir, ErroredStateFile)
 	data, err := safefile.Read(p, httpstate.MaxStateSize)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -116,7 +120,11 @@ func (w *Workspace) recoverErroredState(op string) error {
 	if err != nil {
 		return fmt.Errorf("tofu %s %s: %w", op, w.name, err)
 	}
-	if li, locked := w.r.store.LockOf(w.name); locked {
+	li, locked, err := w.r.states.LockOf(ctx, w.name)
+	if err != nil {
+		return fmt.Errorf("tofu %s %s: reading the state lock: %w", op, w.name, err)
+	}
+	if locked {
 		e := w.newError(op, -1, nil, "", fmt.Errorf("%w: %s holds state tofu could not upload; it is imported once the lock is released", ErrStateLocked, ErroredStateFile))
 		e.Lock = &li
 		return e
@@ -131,7 +139,7 @@ func (w *Workspace) recoverErroredState(op string) error {
 		log.Warn("moved aside a state tofu could not upload, it is unusable", zap.String("file", dst), zap.Int("size", len(data)), zap.String("problem", perr.Error()))
 		return nil
 	}
-	cur, have, err := w.r.store.Get(w.name)
+	cur, have, err := w.r.states.Get(ctx, w.name)
 	if err != nil {
 		return fmt.Errorf("tofu %s %s: reading the stored state: %w", op, w.name, err)
 	}
@@ -149,7 +157,7 @@ func (w *Workspace) recoverErroredState(op string) error {
 			return nil
 		}
 	}
-	if err := w.r.store.Put(w.name, data, ""); err != nil {
+	if err := w.r.states.Put(ctx, w.name, data, ""); err != nil {
 		return fmt.Errorf("tofu %s %s: importing %s: %w", op, w.name, ErroredStateFile, err)
 	}
 	dst, err := moveAside(p, "imported")

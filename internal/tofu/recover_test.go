@@ -30,7 +30,7 @@ func bareRunner(t *testing.T, dataDir string) *Runner {
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
 	return &Runner{cfg: Config{DataDir: dataDir, Passphrase: testPass, GracePeriod: 10 * time.Second},
-		log: zaptest.NewLogger(t), store: st, server: srv, locks: map[string]*sync.Mutex{}}
+		log: zaptest.NewLogger(t), file: st, states: st.Backend(), server: srv, locks: map[string]*sync.Mutex{}}
 }
 
 func fakeState(serial int, lineage string) []byte {
@@ -68,7 +68,7 @@ func TestRecoverErroredState(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.stored != nil {
-				if err := r.store.Put("lab", c.stored, ""); err != nil {
+				if err := r.file.Put("lab", c.stored, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -90,7 +90,7 @@ func TestRecoverErroredState(t *testing.T) {
 			if b, _ := os.ReadFile(kept[0]); string(b) != string(c.errored) {
 				t.Errorf("moved file changed: %q", b)
 			}
-			cur, _, _ := r.store.Get("lab")
+			cur, _, _ := r.file.Get("lab")
 			want := c.stored
 			if c.want == "imported" {
 				want = c.errored
@@ -111,17 +111,17 @@ func TestRecoverKeepsErroredWhileLocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.store.Put("lab", fakeState(1, "L"), ""); err != nil {
+	if err := r.file.Put("lab", fakeState(1, "L"), ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.store.Lock("lab", httpstate.LockInfo{ID: "dead-tofu", Operation: "OperationTypeApply"}); err != nil {
+	if err := r.file.Lock("lab", httpstate.LockInfo{ID: "dead-tofu", Operation: "OperationTypeApply"}); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(ws.Dir(), ErroredStateFile)
 	if err := os.WriteFile(p, fakeState(2, "L"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = ws.recoverErroredState("plan")
+	err = ws.recoverErroredState(context.Background(), "plan")
 	if !errors.Is(err, ErrStateLocked) || !strings.Contains(err.Error(), ErroredStateFile) {
 		t.Fatalf("err = %v", err)
 	}
@@ -131,10 +131,10 @@ func TestRecoverKeepsErroredWhileLocked(t *testing.T) {
 	if err := r.Recover(context.Background(), "lab"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.Lock("lab"); ok {
+	if _, ok := lockOf(t, r, "lab"); ok {
 		t.Error("stale lock kept")
 	}
-	if cur, _, _ := r.store.Get("lab"); string(cur) != string(fakeState(2, "L")) {
+	if cur, _, _ := r.file.Get("lab"); string(cur) != string(fakeState(2, "L")) {
 		t.Errorf("state = %s", cur)
 	}
 	// A tenant that never ran tofu has nothing to recover.

@@ -31,6 +31,13 @@
 // store keeps a disk-space reserve that a full disk releases, so the state of
 // an apply can still be saved (httpstate.ReserveSize).
 //
+// With Config.States set (the PostgreSQL store several instances share) the
+// server serves that backend instead and no file store is opened: locks,
+// Recover and the errored-state import go to it. A write it refuses for good
+// (httpstate.ErrRefused: this instance no longer leads) fails the command
+// with that error; one it cannot do now (the database is unreachable) is
+// retried by tofu for about 30 s (retryEnv).
+//
 // # A killed add-on
 //
 // tofu runs in its own process group and outlives a SIGKILL of the add-on;
@@ -135,6 +142,12 @@ type Config struct {
 	// KeepVersions is how many state versions are kept per tenant
 	// (httpstate.DefaultKeep when 0).
 	KeepVersions int
+	// States, when set, is where the tenants' states and locks are kept
+	// (the PostgreSQL store's Writer.States()) instead of the data folder's
+	// state/. There is no disk-space reserve then (that is the data folder's
+	// full-disk handling), and tofu retries a backend that is unavailable
+	// for longer (see retryEnv).
+	States httpstate.Backend
 	// Logger receives non-JSON output lines and lifecycle messages.
 	Logger *zap.Logger
 	// AllowMissing makes a missing tofu binary no error of New: the runner
@@ -152,7 +165,8 @@ type Runner struct {
 	log       *zap.Logger
 	cliConfig string // path of our CLI config
 	cliBytes  []byte
-	store     *httpstate.Store
+	states    httpstate.Backend // what the state server serves
+	file      *httpstate.Store  // the data folder's store; nil with Config.States
 	server    *httpstate.Server
 
 	mu    sync.Mutex
@@ -235,13 +249,39 @@ func New(cfg Config) (*Runner, error) {
 	if err := atomicfile.Write(r.cliConfig, r.cliBytes, 0o600); err != nil {
 		return nil, fmt.Errorf("tofu: CLI config: %w", err)
 	}
-	if r.store, err = httpstate.Open(filepath.Join(cfg.DataDir, "state"), cfg.KeepVersions); err != nil {
-		return nil, err
+	if cfg.States != nil {
+		r.states = cfg.States
+		r.server, err = httpstate.StartBackend(cfg.States, r.log.Named("state"))
+	} else {
+		if r.file, err = httpstate.Open(filepath.Join(cfg.DataDir, "state"), cfg.KeepVersions); err != nil {
+			return nil, err
+		}
+		r.states = r.file.Backend()
+		r.server, err = httpstate.Start(r.file, r.log.Named("state"))
 	}
-	if r.server, err = httpstate.Start(r.store, r.log.Named("state")); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// retryEnv is given to tofu when the states are kept in Config.States: its
+// http backend retries an answer of 500 (the database is unreachable: a
+// restart, a failover) 8 times, waiting 1, 2, 4, then 5 s (exponential,
+// capped), about 32 s in all, instead of its default 2 retries within 3 s,
+// so that a short outage does not fail an apply whose resources already
+// exist. A refusal (4xx: this instance no longer leads) is not retried.
+var retryEnv = []string{"TF_HTTP_RETRY_MAX=8", "TF_HTTP_RETRY_WAIT_MIN=1", "TF_HTTP_RETRY_WAIT_MAX=5"}
+
+// stateTimeout bounds the runner's own calls to the state backend, so that
+// a lost database cannot hang the report of a failed command or the
+// release of a killed tofu's lock.
+const stateTimeout = 30 * time.Second
+
+// stateContext is ctx for a call to the state backend: not cancelled with
+// ctx (a lock must be released after a cancelled command), but bounded.
+func stateContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
 }
 
 func findBinary(bin, path string) (string, error) {
@@ -283,17 +323,26 @@ func (r *Runner) Close(ctx context.Context) error { return r.server.Close(ctx) }
 // Binary is the tofu executable in use.
 func (r *Runner) Binary() string { return r.binary }
 
-// Store is the state store (versions, rollback).
-func (r *Runner) Store() *httpstate.Store { return r.store }
+// Store is the data folder's state store (versions, rollback), or nil when
+// the states are kept in Config.States.
+func (r *Runner) Store() *httpstate.Store { return r.file }
+
+// States is the state backend tofu uses: Config.States, or the data
+// folder's store.
+func (r *Runner) States() httpstate.Backend { return r.states }
 
 // Lock reports who holds tenant's state lock. Only this process's tofu uses
 // the backend, so a lock seen while no command of the tenant runs is stale,
 // except right after a restart, while a tofu of the previous process may
 // still run: Recover stops that one first.
-func (r *Runner) Lock(tenant string) (httpstate.LockInfo, bool) { return r.store.LockOf(tenant) }
+func (r *Runner) Lock(ctx context.Context, tenant string) (httpstate.LockInfo, bool, error) {
+	return r.states.LockOf(ctx, tenant)
+}
 
 // ForceUnlock removes tenant's stale lock; id is the holder's, as Lock shows.
-func (r *Runner) ForceUnlock(tenant, id string) error { return r.store.ForceUnlock(tenant, id) }
+func (r *Runner) ForceUnlock(ctx context.Context, tenant, id string) error {
+	return r.states.ForceUnlock(ctx, tenant, id)
+}
 
 func (r *Runner) tenantLock(name string) *sync.Mutex {
 	r.mu.Lock()
@@ -405,7 +454,11 @@ func (w *Workspace) environ() []string {
 		"TF_PLUGIN_CACHE_DIR="+filepath.Join(r.cfg.DataDir, "plugin-cache"),
 		"TF_VAR_"+PassphraseVariable+"="+w.passphrase,
 	)
-	return append(env, r.server.Env(w.name)...)
+	env = append(env, r.server.Env(w.name)...)
+	if r.file == nil {
+		env = append(env, retryEnv...)
+	}
+	return env
 }
 
 // secrets are the strings an error message must never contain.
@@ -544,7 +597,7 @@ const (
 const ErroredStateFile = "errored.tfstate"
 
 func (w *Workspace) ensureInit(ctx context.Context, op string, opts RunOptions) error {
-	if err := w.recoverErroredState(op); err != nil {
+	if err := w.recoverErroredState(ctx, op); err != nil {
 		return err
 	}
 	need, err := w.needsInit()
@@ -824,6 +877,7 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 	}
 
 	start := time.Now()
+	_ = r.server.TakeRefusal(w.name) // a refusal newError reports is this command's
 	r.log.Debug("tofu", zap.String("tenant", w.name), zap.Strings("args", args))
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
@@ -872,7 +926,7 @@ func (w *Workspace) run(ctx context.Context, op string, args []string, s *stream
 	if wasKilled || status.Signaled() {
 		// Killed (by us after the grace period, or by anyone: the OOM
 		// killer) tofu cannot have unlocked.
-		w.releaseOwnLock(start)
+		w.releaseOwnLock(ctx, start)
 	}
 
 	code := -1
@@ -925,12 +979,18 @@ func ctxCause(ctx context.Context) error {
 
 // releaseOwnLock clears a lock a killed tofu left: commands of a tenant run
 // one at a time, so a lock taken since the command started was its.
-func (w *Workspace) releaseOwnLock(start time.Time) {
-	li, ok := w.r.store.LockOf(w.name)
+func (w *Workspace) releaseOwnLock(ctx context.Context, start time.Time) {
+	ctx, cancel := stateContext(ctx)
+	defer cancel()
+	li, ok, err := w.r.states.LockOf(ctx, w.name)
+	if err != nil {
+		w.r.log.Error("reading the lock of a killed tofu", zap.String("tenant", w.name), zap.Error(err))
+		return
+	}
 	if !ok || li.Created.Before(start.Add(-time.Second)) {
 		return
 	}
-	if err := w.r.store.ForceUnlock(w.name, li.ID); err != nil {
+	if err := w.r.states.ForceUnlock(ctx, w.name, li.ID); err != nil {
 		w.r.log.Error("releasing the lock of a killed tofu", zap.String("tenant", w.name), zap.Error(err))
 		return
 	}

@@ -46,6 +46,16 @@ func newRunner(t testing.TB, dataDir string, mod func(*Config)) *Runner {
 	return r
 }
 
+// lockOf is who holds name's state lock in r.
+func lockOf(t testing.TB, r *Runner, name string) (httpstate.LockInfo, bool) {
+	t.Helper()
+	li, ok, err := r.Lock(context.Background(), name)
+	if err != nil {
+		t.Fatalf("lock of %s: %v", name, err)
+	}
+	return li, ok
+}
+
 // dataDoc renders n terraform_data resources whose input carries marker and
 // tag, plus an output.
 func dataDoc(n int, tag string) []byte {
@@ -177,7 +187,7 @@ func TestCycle(t *testing.T) {
 	if last := dprog[len(dprog)-1]; last.Completed != 3 || last.Planned != 3 {
 		t.Errorf("destroy progress = %+v", dprog)
 	}
-	if _, ok := r2.Lock("lab"); ok {
+	if _, ok := lockOf(t, r2, "lab"); ok {
 		t.Error("lock left after destroy")
 	}
 	vs, _ := r2.Store().Versions("lab")
@@ -221,7 +231,7 @@ func TestCancelApply(t *testing.T) {
 		t.Fatalf("apply returned %v after the cancel", time.Since(canceledAt))
 	}
 	t.Logf("cancelled apply: %v (after %v)", err, time.Since(canceledAt).Round(time.Millisecond))
-	if li, ok := r.Lock("lab"); ok {
+	if li, ok := lockOf(t, r, "lab"); ok {
 		t.Fatalf("lock left: %+v", li)
 	}
 
@@ -282,7 +292,7 @@ func TestKillAfterGrace(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Log(err)
-	if li, ok := r.Lock("lab"); ok {
+	if li, ok := lockOf(t, r, "lab"); ok {
 		t.Fatalf("lock left: %+v", li)
 	}
 	// SIGKILL follows SIGINT after 1 ms; on a busy machine tofu may still
@@ -327,7 +337,7 @@ func TestWrongPassphrase(t *testing.T) {
 		t.Error("passphrase in the error")
 	}
 	t.Log(err)
-	if _, ok := r.Lock("lab"); ok {
+	if _, ok := lockOf(t, r, "lab"); ok {
 		t.Error("lock left")
 	}
 }
@@ -363,7 +373,7 @@ func TestLockedState(t *testing.T) {
 		t.Errorf("holder not named: %v", err)
 	}
 	t.Log(err)
-	if err := r.ForceUnlock("lab", "held-elsewhere-42"); err != nil {
+	if err := r.ForceUnlock(context.Background(), "lab", "held-elsewhere-42"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ws.Plan(context.Background(), RunOptions{}); err != nil {
@@ -493,7 +503,7 @@ func TestCommandTimeout(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) || time.Since(start) > 30*time.Second {
 		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
-	if _, ok := r.Lock("lab"); ok {
+	if _, ok := lockOf(t, r, "lab"); ok {
 		t.Error("lock left")
 	}
 	t.Log(err)
@@ -552,7 +562,7 @@ func TestBackendGoneMidApply(t *testing.T) {
 	}
 
 	r2 := newRunner(t, dataDir, nil)
-	li, ok := r2.Lock("lab")
+	li, ok := lockOf(t, r2, "lab")
 	if !ok {
 		t.Fatal("no stale lock after the backend vanished")
 	}
@@ -562,7 +572,7 @@ func TestBackendGoneMidApply(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Log(err)
-	if err := r2.ForceUnlock("lab", li.ID); err != nil {
+	if err := r2.ForceUnlock(context.Background(), "lab", li.ID); err != nil {
 		t.Fatal(err)
 	}
 	plan, err = ws2.Plan(context.Background(), RunOptions{})
