@@ -43,7 +43,7 @@ type Server struct {
 	done     chan struct{}
 
 	mu      sync.Mutex
-	refused map[string]error // the last ErrRefused of each state name
+	refused map[string]error // the first ErrRefused of each state name since TakeRefusal
 }
 
 // Start serves store on a random loopback port until Close.
@@ -109,8 +109,8 @@ func (s *Server) Env(name string) []string {
 	}
 }
 
-// TakeRefusal returns the last error of name's requests that the backend
-// refused (ErrRefused), or nil, and forgets it. tofu shows only the status
+// TakeRefusal returns the first error of name's requests that the backend
+// refused (ErrRefused) since the last call, or nil, and forgets it. tofu shows only the status
 // of a refused upload ("HTTP error: 409"), so this is how the runner learns
 // why.
 func (s *Server) TakeRefusal(name string) error {
@@ -238,7 +238,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, name string, err e
 	}
 	if errors.Is(err, ErrRefused) {
 		s.mu.Lock()
-		s.refused[name] = err
+		if s.refused[name] == nil {
+			s.refused[name] = err // the first is the cause (an upload; tofu's unlock follows)
+		}
 		s.mu.Unlock()
 		s.log.Warn("state backend refused", zap.String("method", r.Method), zap.String("state", name), zap.Error(err))
 		code := http.StatusConflict
