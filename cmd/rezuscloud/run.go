@@ -27,6 +27,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 	"github.com/rezuscloud/rezuscloud/internal/wol"
 )
 
@@ -86,11 +87,6 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	if cfg.State.URL != "" {
-		// Until the engine and this loop are wired to internal/state/postgres.
-		log.Warn("state.url is set, but this version still keeps the state in the data folder; see rezuscloud state copy",
-			zap.String("data_dir", cfg.DataDir))
-	}
 	pass, created, err := config.StatePassphrase(cfg.DataDir, cfg.Tofu.StatePassphrase)
 	if err != nil {
 		return err
@@ -124,7 +120,22 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		}
 	}
 
+	if cfg.State.URL != "" {
+		return serveShared(ctx, cfg, log, pass, problems, hooks) // shared.go
+	}
+	return lead(ctx, cfg, log, pass, problems, hooks, nil)
+}
+
+// lead runs rezuscloud until ctx ends: the engine, the bridge and
+// everything around them. With a shared state store (sh) this instance
+// leads it, and ctx also ends when the leadership does.
+func lead(ctx context.Context, cfg config.Config, log *logging.Logger, pass config.Secret, problems []string, hooks serveHooks, sh *sharedLead) error {
+	var states httpstate.Backend
+	if sh != nil {
+		states = sh.l.Writer().States()
+	}
 	runner, err := tofu.New(tofu.Config{
+		States:        states,
 		Binary:        cfg.Tofu.Binary,
 		DataDir:       filepath.Join(cfg.DataDir, "tofu"),
 		CLIConfigFile: cfg.Tofu.CLIConfig,
@@ -182,6 +193,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		PoolInterval:     cfg.Pool.Every(),
 		UnreachableAfter: cfg.Engine.Unreachable(),
 		DriftInterval:    cfg.Engine.Drift(),
+		Shared:           sh.writer(),
 		Log:              log.Named("engine"),
 	})
 	if err != nil {
@@ -206,6 +218,7 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 				pubs.link.Operation(ev)
 			}
 		},
+		Instance: sh.instance(), // the Role sensor, with a shared store
 	}, eng, log.Named("mqtt"))
 	pubs.bridge = bridge
 	defer startPXE(ctx, cfg, bridge, bootInventory(eng), log.Named("pxe"))() // network boot, when [pxe] enabled (pxe.go)
@@ -301,6 +314,9 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 		_ = bridge.Sync(sctx)
 		debug.FreeOSMemory()
 	}()
+	if sh != nil {
+		go sh.showStandbys(ctx, bridge, log.Named("state"))
+	}
 	if hooks.started != nil {
 		hooks.started(eng)
 	}

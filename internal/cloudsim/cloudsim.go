@@ -78,6 +78,7 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 				user.ServerDeleted(s)
 			}
 		},
+		Request: user.Request,
 	}
 	var last error
 	for range 20 {

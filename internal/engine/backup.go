@@ -92,8 +92,12 @@ func (ts *tenantState) snapshotEtcd(ctx context.Context, tc []byte) (tenant.Back
 			}
 			continue
 		}
-		if err := pruneBackups(dir, t.BackupKeep()); err != nil {
+		removed, err := pruneBackups(dir, t.BackupKeep())
+		if err != nil {
 			e.log.Warn("removing old etcd snapshots", zap.String("tenant", ts.name), zap.Error(err))
+		}
+		if err := e.shareBackups(ts.name, info, removed); err != nil {
+			return tenant.BackupInfo{}, err
 		}
 		ts.mu.Lock()
 		ts.backup, ts.backupLoaded = &info, true
@@ -213,23 +217,25 @@ func listBackups(dir string) ([]tenant.BackupInfo, error) {
 }
 
 // pruneBackups keeps the newest keep snapshots of dir (and removes parts
-// left by an interrupted snapshot).
-func pruneBackups(dir string, keep int) error {
+// left by an interrupted snapshot); removed are the snapshots it removed.
+func pruneBackups(dir string, keep int) (removed []string, err error) {
 	list, err := listBackups(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var errs []error
 	for _, b := range list[min(keep, len(list)):] {
 		if err := os.Remove(b.File); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		removed = append(removed, b.File)
 	}
 	parts, _ := filepath.Glob(filepath.Join(dir, backupPrefix+"*"+backupSuffix+".part"))
 	for _, p := range parts {
 		os.Remove(p)
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // loadBackup reads the newest snapshot from the backup dir, once.

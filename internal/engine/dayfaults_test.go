@@ -141,7 +141,7 @@ func TestSnapshotsInOneSecondAreKept(t *testing.T) {
 	if list[0].Size != 12 || list[2].Size != 10 {
 		t.Fatalf("order: newest first wanted, got sizes %d %d %d", list[0].Size, list[1].Size, list[2].Size)
 	}
-	if err := pruneBackups(dir, 2); err != nil {
+	if _, err := pruneBackups(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(dir)

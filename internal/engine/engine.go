@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/kube"
+	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
@@ -106,6 +107,11 @@ type Options struct {
 	Kube func(kubeconfig []byte) (Kube, error)
 	// PoolInterval is how often the worker pools decide (default 30 s).
 	PoolInterval time.Duration
+	// Shared, when set, is the store the instances of one rezuscloud share
+	// (PostgreSQL), written under this instance's leadership: every record,
+	// secret and backup index entry goes there first and the data folder is
+	// the working copy (shared.go). nil: the data folder alone.
+	Shared state.Writer
 	// Log is the logger (nil: none).
 	Log *zap.Logger
 }
@@ -136,6 +142,9 @@ type Engine struct {
 
 	chMu    sync.Mutex
 	changed chan struct{} // closed and replaced when any view changes
+
+	sharedMu sync.Mutex
+	shared   map[string][32]byte // secrets written to Options.Shared: tenant/kind → checksum
 }
 
 // Errors a caller may want to tell apart.
@@ -198,7 +207,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tenantState{},
+	e := &Engine{opts: opts, log: opts.Log, sem: make(chan struct{}, opts.ParallelApplies), ts: map[string]*tenantState{}, shared: map[string][32]byte{},
 		ready: make(chan struct{}), changed: make(chan struct{}), oplog: newOplog(), secureTry: 3 * time.Second,
 		viewOpts: viewOptions{talosPort: opts.TalosPort, stallAfter: opts.StallAfter, unreachableAfter: opts.UnreachableAfter}}
 	po := talos.PollerOptions{Interval: opts.PollInterval, OnChange: e.onNodeState, Status: opts.Nodes.Status}
@@ -229,13 +238,21 @@ func (e *Engine) opCtx() context.Context {
 // Run loads the tenants, restores what the engine remembers of them, and
 // keeps following the tenant files until ctx ends. Then it cancels running
 // operations gracefully (tofu gets SIGINT and saves its state) and waits
-// for them before it returns.
+// for them before it returns. A ctx cancelled with a cause of its own (this
+// instance lost its leadership of a shared store) interrupts tofu at once
+// instead of letting an apply finish: what it did could not be saved.
 func (e *Engine) Run(ctx context.Context, watchInterval time.Duration) error {
 	// operations see the end of ctx as a shutdown (tofu.ErrShutdown): an
 	// apply in tofu may then finish its requests in flight first
 	opCtx, shutdown := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer shutdown(nil)
-	stopWatch := context.AfterFunc(ctx, func() { shutdown(tofu.ErrShutdown) })
+	stopWatch := context.AfterFunc(ctx, func() {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+			cause = tofu.ErrShutdown
+		}
+		shutdown(cause)
+	})
 	defer stopWatch()
 	e.mu.Lock()
 	e.ctx = opCtx

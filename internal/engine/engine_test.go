@@ -17,6 +17,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
 // recorder is a Publisher that keeps the last state of everything and
@@ -132,7 +133,8 @@ type fixture struct {
 	cancel  context.CancelFunc
 	done    chan error
 	tofuBin string
-	tweak   func(*Options) // changes the options of the next start
+	tweak   func(*Options)    // changes the options of the next start
+	states  httpstate.Backend // the OpenTofu state's store (nil: the data folder)
 }
 
 const pass = "engine-test-passphrase-0123"
@@ -169,8 +171,14 @@ func newFixture(t testing.TB, nodes, workers int, auto bool) *fixture {
 // newFixtureTweak is newFixture with options changed before the start.
 func newFixtureTweak(t testing.TB, nodes, workers int, auto bool, tweak func(*Options)) *fixture {
 	t.Helper()
+	return (&fixture{t: t}).init(nodes, workers, auto, tweak)
+}
+
+// init starts the fixture's nodes and engine.
+func (f *fixture) init(nodes, workers int, auto bool, tweak func(*Options)) *fixture {
+	t := f.t
 	bin, _ := testenv.Tofu(t)
-	f := &fixture{t: t, dir: t.TempDir(), rec: newRecorder(), tofuBin: bin, tweak: tweak}
+	f.dir, f.rec, f.tofuBin, f.tweak = t.TempDir(), newRecorder(), bin, tweak
 	f.sims = startSims(t, nodes)
 	tenants := filepath.Join(f.dir, "tenants")
 	os.MkdirAll(tenants, 0o700)
@@ -189,7 +197,7 @@ func newFixtureTweak(t testing.TB, nodes, workers int, auto bool, tweak func(*Op
 // start runs a new engine over the fixture's data dir.
 func (f *fixture) start() {
 	t := f.t
-	r, err := tofu.New(tofu.Config{Binary: f.tofuBin, DataDir: filepath.Join(f.dir, "data", "tofu"), Passphrase: pass})
+	r, err := tofu.New(tofu.Config{Binary: f.tofuBin, DataDir: filepath.Join(f.dir, "data", "tofu"), Passphrase: pass, States: f.states})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
+	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
@@ -89,6 +90,9 @@ func (ts *tenantState) prepare(ctx context.Context, r *run, apply bool) (*prepar
 	t = clusterVersions(t, rec) // a running cluster keeps its versions until a rollout
 	bundle, err := talos.LoadOrCreateSecrets(e.tenantDir(ts.name), t.Name, t.TalosVersion, rec.Infra)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.shareSecretsBundle(ts.name); err != nil {
 		return nil, err
 	}
 	ws, err := e.opts.Infra.Workspace(ts.name, tofu.WorkspaceOptions{Env: e.opts.CloudEnv(t.Provider)})
@@ -870,7 +874,8 @@ func (ts *tenantState) destroy(ctx context.Context, r *run) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	for _, f := range []string{"kubeconfig", "talosconfig"} {
+	e.unshare(ts.name, false, state.Kubeconfig, state.Talosconfig)
+	for _, f := range []string{state.Kubeconfig, state.Talosconfig} {
 		os.Remove(filepath.Join(e.tenantDir(ts.name), f))
 		if e.opts.ShareDir != "" {
 			os.Remove(filepath.Join(e.opts.ShareDir, ts.name, f))
@@ -909,6 +914,7 @@ func (e *Engine) forget(ts *tenantState) {
 // removeTenantFiles deletes what the engine kept of a tenant that has no
 // infrastructure and no file any more: its secrets bundle and record.
 func (e *Engine) removeTenantFiles(name string) {
+	e.unshare(name, true, state.SecretKinds...)
 	for _, p := range []string{talos.SecretsPath(e.tenantDir(name)), e.recordPath(name)} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			e.log.Warn("removing a forgotten tenant's file", zap.String("file", p), zap.Error(err))
@@ -971,6 +977,9 @@ func (ts *tenantState) reboot(ctx context.Context, r *run, node string) (string,
 // writeSecretFile writes a tenant secret (0600) under the data dir and,
 // when the share folder is mapped, under <share>/<tenant>/.
 func (e *Engine) writeSecretFile(name, file string, data []byte) error {
+	if err := e.shareSecret(name, file, data); err != nil {
+		return err
+	}
 	dirs := []string{e.tenantDir(name)}
 	if e.opts.ShareDir != "" {
 		dirs = append(dirs, filepath.Join(e.opts.ShareDir, name))

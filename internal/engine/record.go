@@ -149,6 +149,9 @@ func (r record) versionsOf(n string) talos.Versions {
 // back an older record over a newer one.
 type records struct {
 	path string
+	// share, when set, writes the record to the shared store first
+	// (shared.go); its refusal writes nothing
+	share func([]byte) error
 
 	saveMu sync.Mutex // serialises writes
 	mu     sync.Mutex
@@ -185,7 +188,7 @@ func (rs *records) save(change func(*record)) error {
 	}
 	rec := rs.rec.clone()
 	rs.mu.Unlock()
-	return writeRecord(rs.path, rec)
+	return writeRecord(rs.path, rec, rs.share)
 }
 
 // commit is the crash-ordering rule in one place: what act is about to do
@@ -221,14 +224,20 @@ func (e *Engine) loadRecord(name string) (record, error) {
 	return r, nil
 }
 
-// writeRecord writes a record atomically, 0600.
-func writeRecord(path string, r record) error {
+// writeRecord writes a record atomically, 0600, after share (when set)
+// took it.
+func writeRecord(path string, r record, share func([]byte) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
+	}
+	if share != nil {
+		if err := share(data); err != nil {
+			return err
+		}
 	}
 	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("engine record: %w", err)

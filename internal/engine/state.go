@@ -67,7 +67,7 @@ type tenantState struct {
 
 func newTenantState(e *Engine, name string, rec record) *tenantState {
 	ts := &tenantState{e: e, name: name, queue: make(chan *operation, queueLen),
-		recs: &records{path: e.recordPath(name), rec: rec}, obs: map[string]nodeObs{}, obsChanged: make(chan struct{})}
+		recs: &records{path: e.recordPath(name), share: e.shareRecord(name), rec: rec}, obs: map[string]nodeObs{}, obsChanged: make(chan struct{})}
 	migrated := ts.recs.rec.migrate()
 	if op := rec.Running; op != "" {
 		// the add-on stopped in the middle of an operation

@@ -121,7 +121,7 @@ func TestBackupFiles(t *testing.T) {
 	if err == nil {
 		t.Fatal("a failed stream was accepted")
 	}
-	if err := pruneBackups(dir, 2); err != nil {
+	if _, err := pruneBackups(dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	list, err := listBackups(dir)

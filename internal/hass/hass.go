@@ -70,6 +70,10 @@ type Options struct {
 	KeepAlive time.Duration
 	// TLSConfig overrides the TLS settings for ssl:// URLs.
 	TLSConfig *tls.Config
+	// Instance, when set, is this instance's name among those sharing one
+	// state store (PostgreSQL); the bridge then has the Role sensor, naming
+	// this instance as the leader and the standbys (SetStandbys).
+	Instance string
 	// OnRefused, when set, also gets the "refused" operation event of every
 	// refused entity command (the WebSocket link turns it into a persistent
 	// notification). It must not block.
@@ -167,7 +171,8 @@ type Bridge struct {
 	machineGroup map[string]string // the "Cluster group" chosen per machine
 	armed        map[string]*time.Timer
 	operations   int
-	problem      string // what keeps the add-on from working ("" when nothing)
+	problem      string   // what keeps the add-on from working ("" when nothing)
+	standbys     []string // the instances waiting to lead (Options.Instance)
 	logLevel     string
 	discovery    map[string][]byte // desired retained discovery by topic
 	states       map[string][]byte // desired retained state by topic

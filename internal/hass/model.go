@@ -298,6 +298,23 @@ func (b *Bridge) SetBridgeStatus(operations int) {
 	b.trigger()
 }
 
+// SetStandbys names the instances that share the state store and wait to
+// lead (the Role sensor's standbys attribute).
+func (b *Bridge) SetStandbys(names []string) {
+	b.mu.Lock()
+	if slices.Equal(b.standbys, names) {
+		b.mu.Unlock()
+		return
+	}
+	b.standbys = slices.Clone(names)
+	b.refreshStateLocked(kindBridge, ref{})
+	b.mu.Unlock()
+	b.trigger()
+}
+
+// roleShown: the Role sensor exists only with a shared state store.
+func roleShown(b *Bridge) bool { return b.opts.Instance != "" }
+
 // SetBridgeProblem shows what keeps the add-on itself from working (the
 // bridge's Problem entity, its message as an attribute); "" clears it.
 func (b *Bridge) SetBridgeProblem(msg string) {
@@ -382,6 +399,16 @@ type bridgeDoc struct {
 	LogLevel       string `json:"log_level"`
 	Problem        bool   `json:"problem"`
 	ProblemMessage string `json:"problem_message"`
+	// Role is set with a shared state store (Options.Instance).
+	Role *roleDoc `json:"role,omitempty"`
+}
+
+// roleDoc is the Role sensor's: only the leader publishes, so its state is
+// always "leader".
+type roleDoc struct {
+	State    string   `json:"state"`
+	Instance string   `json:"instance"`
+	Standbys []string `json:"standbys"`
 }
 
 type lastOpDoc struct {
@@ -446,8 +473,15 @@ func (b *Bridge) stateDoc(k kind, r ref, t *tenant.Tenant) []byte {
 	var v any
 	switch k {
 	case kindBridge:
-		v = bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel,
+		d := bridgeDoc{Version: b.opts.Version, Operations: b.operations, Tenants: len(b.order), LogLevel: b.logLevel,
 			Problem: b.problem != "", ProblemMessage: b.problem}
+		if roleShown(b) {
+			d.Role = &roleDoc{State: "leader", Instance: b.opts.Instance, Standbys: slices.Clone(b.standbys)}
+			if d.Role.Standbys == nil {
+				d.Role.Standbys = []string{}
+			}
+		}
+		v = d
 	case kindTenant:
 		st := b.views[r.tenant].Status
 		d := tenantDoc{

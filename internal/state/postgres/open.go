@@ -12,7 +12,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -58,6 +60,7 @@ type Store struct {
 	keep     int
 	beat     time.Duration
 	seal     *sealer
+	id       string
 	password string
 
 	stop chan struct{}
@@ -334,6 +337,7 @@ func (s *Store) setup(ctx context.Context, passphrase string) error {
 			return fmt.Errorf("state store postgres://%s: %w: give every instance the same state passphrase", s.where, state.ErrWrongPassphrase)
 		}
 	}
+	s.id = storeID(salt)
 	if _, err := tx.Exec(ctx, `INSERT INTO rezuscloud.members VALUES ($1, now())
 		ON CONFLICT (instance) DO UPDATE SET last_seen = now()`, s.instance); err != nil {
 		return fmt.Errorf("state store postgres://%s: register instance: %w", s.where, err)
@@ -392,6 +396,17 @@ func (s *Store) Members(ctx context.Context) ([]state.Member, error) {
 	}
 	return out, nil
 }
+
+// storeID names a store by its random salt (made once, with the store):
+// the same for every instance of one store, different for another store,
+// and saying nothing about the passphrase.
+func storeID(salt []byte) string {
+	sum := sha256.Sum256(append([]byte("rezuscloud store id\x00"), salt...))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ID names this store (the same for every instance that shares it).
+func (s *Store) ID() string { return s.id }
 
 // Instance is this instance's name.
 func (s *Store) Instance() string { return s.instance }

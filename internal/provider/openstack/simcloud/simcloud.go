@@ -76,6 +76,10 @@ type Hooks struct {
 	FloatingIPAssociated func(s Server, floatingIP string)
 	// ServerDeleted is called after a server is deleted.
 	ServerDeleted func(s Server)
+	// Request, when set, is called with every authenticated request's
+	// method, path and token (each tofu process gets a token of its own)
+	// before it is handled; false refuses it with 503, handling nothing.
+	Request func(method, path, token string) bool
 }
 
 // Server is a copy of a Nova server as the hooks and Servers see it.
@@ -571,6 +575,10 @@ func (c *Cloud) route(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	if !ok {
 		writeJSON(w, http.StatusUnauthorized, obj{"error": obj{"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}})
+		return
+	}
+	if h := c.opts.Hooks.Request; h != nil && !h(r.Method, path, r.Header.Get("X-Auth-Token")) {
+		http.Error(w, "503 Service Unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	seg := strings.Split(strings.TrimPrefix(path, "/"), "/")

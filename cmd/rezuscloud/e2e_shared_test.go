@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rezuscloud/rezuscloud/internal/provider/openstack/simcloud"
+	"github.com/rezuscloud/rezuscloud/internal/testenv"
+)
+
+// roleOf is the bridge state's Role sensor document.
+type roleOf struct {
+	Role *struct {
+		State    string   `json:"state"`
+		Instance string   `json:"instance"`
+		Standbys []string `json:"standbys"`
+	} `json:"role"`
+}
+
+func (e *env) bridgeRole() (roleOf, bool) {
+	var r roleOf
+	m, ok := e.cap.lastMsg(base + "/bridge/state")
+	if !ok || json.Unmarshal(m.Payload, &r) != nil || r.Role == nil {
+		return r, false
+	}
+	return r, true
+}
+
+// TestE2ETwoInstances: two instances of the binary on one broker and one
+// real PostgreSQL. The first leads; the second stands by without
+// publishing anything. The leader's machine dies (SIGKILL of rezuscloud
+// and its tofu) during a cloud apply on the stand-in: the standby leads and
+// publishes the same devices, the tenant shows the apply interrupted, and
+// Apply converges with no duplicate instance. The old leader, restarted,
+// stands by; the Role sensor names the leader and the standbys.
+func TestE2ETwoInstances(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	var once sync.Once
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var heldToken string
+	var mu sync.Mutex
+	e, cloud := newCloudEnv(t, simcloud.Hooks{Request: func(method, path, token string) bool {
+		// hold the first instance's create, before the cloud does it, and
+		// everything else that tofu process asks
+		mu.Lock()
+		if method == "POST" && path == "/compute/v2.1/servers" {
+			once.Do(func() { heldToken = token; close(held) })
+		}
+		hold := heldToken != "" && token == heldToken
+		mu.Unlock()
+		if !hold {
+			return true
+		}
+		<-release
+		return false // that tofu is gone: nothing is done for it
+	}})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	shared := fmt.Sprintf("[state]\nurl      = %q\npassword = %q\n", pg.URL, pg.Password)
+	e.appendConfig(shared + "instance = \"a\"\n")
+	cfgA, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b: the same configuration, another data folder and name
+	dataB := filepath.Join(e.dir, "data-b")
+	cfgB := strings.Replace(string(cfgA), fmt.Sprintf("data_dir    = %q", e.dataDir), fmt.Sprintf("data_dir    = %q", dataB), 1)
+	cfgB = strings.Replace(cfgB, `instance = "a"`, `instance = "b"`, 1)
+	pathB := filepath.Join(e.dir, "rezuscloud-b.toml")
+	if err := os.WriteFile(pathB, []byte(cfgB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e.start()
+	e.proc.waitLog(startTimeout, "leading the state store")
+	a := e.proc
+	b := startProc(t, "rezuscloud b", nil, "run", "--config", pathB)
+	b.waitLog(startTimeout, "standing by: another instance leads")
+	e.cap.wait(a, startTimeout, "the Role sensor names a as leader and b as standby", func() bool {
+		r, ok := e.bridgeRole()
+		return ok && r.Role.State == "leader" && r.Role.Instance == "a" && strings.Join(r.Role.Standbys, ",") == "b"
+	})
+	if strings.Contains(b.stderr.String(), "connected to MQTT") {
+		t.Fatal("the standby connected to MQTT")
+	}
+
+	mark := e.cap.mark()
+	e.publish(base+"/lab/apply", "PRESS")
+	select {
+	case <-held:
+	case <-time.After(phaseTimeout):
+		t.Fatalf("the instances' apply never reached the cloud; events %v", e.opsBetween(mark, e.cap.mark()))
+	}
+	// the leader's machine dies: rezuscloud and its tofu (own process groups)
+	tofus := childrenNamed(a.pid(), "tofu")
+	if len(tofus) == 0 {
+		t.Fatal("no tofu runs under the leader while it applies")
+	}
+	killed := time.Now()
+	_ = syscall.Kill(-a.pid(), syscall.SIGKILL)
+	for _, pid := range tofus {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	<-a.done
+	mark = e.cap.mark()
+	e.cap.wait(b, startTimeout, "b leads and publishes the bridge online", func() bool {
+		r, ok := e.bridgeRole()
+		on := false
+		for _, m := range e.cap.since(mark) {
+			if m.Topic == base+"/bridge/availability" {
+				on = string(m.Payload) == "online"
+			}
+		}
+		return on && ok && r.Role.Instance == "b"
+	})
+	failover := time.Since(killed)
+	t.Logf("failover: the standby published the bridge online %v after the leader died", failover.Round(time.Millisecond))
+	close(release)
+	e.proc = b
+	e.waitTenant("the apply shown interrupted", func(d tenantDoc) bool {
+		return d.LastOperation != nil && d.LastOperation.Result == "failed" && strings.Contains(d.LastOperation.Message, "interrupted")
+	})
+	e.checkNoDeviceCleared(mark, "lab-cp-1", "lab-workers-1", "lab-workers-2")
+
+	mark = e.cap.mark()
+	e.publish(base+"/lab/apply", "PRESS")
+	e.mustSucceed(mark, "apply")
+	e.waitTenant("running", func(d tenantDoc) bool { return d.Phase == "running" && d.NodesReady == 3 })
+	inv := cloud.Inventory()
+	t.Logf("cloud after converging: %+v", inv)
+	if inv.Servers != 3 || inv.FloatingIPs != 1 {
+		t.Fatalf("after converging on the new leader (a duplicate or a leak): %+v", inv)
+	}
+
+	// the old leader comes back: it stands by, and the Role sensor says so
+	a2 := startProc(t, "rezuscloud a again", nil, "run", "--config", e.cfgPath)
+	a2.waitLog(startTimeout, "standing by: another instance leads")
+	e.cap.wait(b, startTimeout, "the Role sensor names b as leader and a as standby", func() bool {
+		r, ok := e.bridgeRole()
+		return ok && r.Role.Instance == "b" && strings.Join(r.Role.Standbys, ",") == "a"
+	})
+	if code, _ := a2.terminate(stopTimeout); code != 0 {
+		t.Errorf("the standby exited with code %d", code)
+	}
+	e.stop()
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rezuscloud/rezuscloud/internal/config"
+	"github.com/rezuscloud/rezuscloud/internal/hass"
+	"github.com/rezuscloud/rezuscloud/internal/logging"
+	"github.com/rezuscloud/rezuscloud/internal/state"
+	"github.com/rezuscloud/rezuscloud/internal/state/postgres"
+)
+
+// errLeadershipLost is the cause lead's context ends with when this
+// instance stops leading the shared store: running tofu commands are
+// interrupted at once (their state could not be saved any more).
+var errLeadershipLost = errors.New("this instance no longer leads the shared state store")
+
+// sharedLead is this instance leading a shared state store.
+type sharedLead struct {
+	store *postgres.Store
+	l     *postgres.Leadership
+}
+
+// writer is what the engine writes through (nil without a shared store).
+func (sh *sharedLead) writer() state.Writer {
+	if sh == nil {
+		return nil
+	}
+	return sh.l.Writer()
+}
+
+// instance is the bridge's Options.Instance ("" without a shared store).
+func (sh *sharedLead) instance() string {
+	if sh == nil {
+		return ""
+	}
+	return sh.store.Instance()
+}
+
+// showStandbys keeps the Role sensor's standbys current until ctx ends.
+func (sh *sharedLead) showStandbys(ctx context.Context, bridge *hass.Bridge, log *zap.Logger) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ms, err := sh.store.Members(qctx)
+		cancel()
+		if err == nil {
+			var names []string
+			for _, m := range ms {
+				if !m.Leader && m.Instance != sh.store.Instance() {
+					names = append(names, m.Instance)
+				}
+			}
+			slices.Sort(names)
+			bridge.SetStandbys(names)
+		} else if ctx.Err() == nil {
+			log.Warn("listing the instances of the state store", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serveShared runs rezuscloud on a state store in PostgreSQL that several
+// instances may share: it stands by until it leads the store, makes the
+// data folder the store's working copy, and leads (lead) until ctx ends or
+// the leadership is lost; then, unless ctx ended, it stands by again. Only
+// the leader connects to MQTT: to Home Assistant every instance is the
+// same rezuscloud.
+func serveShared(ctx context.Context, cfg config.Config, log *logging.Logger, pass config.Secret, problems []string, hooks serveHooks) error {
+	slog := log.Named("state")
+	instance := cfg.State.InstanceName()
+	store, err := postgres.Open(ctx, cfg.State.URL, cfg.State.Password.Reveal(), instance, pass.Reveal(), postgres.Options{
+		OnRetry: func(attempt int, err error, wait time.Duration) {
+			slog.Error("the state store cannot be reached; trying again", zap.Int("attempt", attempt),
+				zap.Duration("next_in", wait), zap.Error(err))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	slog.Info("state store opened", zap.String("store", store.Where()), zap.String("instance", instance), zap.String("id", store.ID()))
+	for {
+		if ms, err := store.Members(ctx); err == nil {
+			for _, m := range ms {
+				if m.Leader {
+					slog.Info("standing by: another instance leads", zap.String("leader", m.Instance))
+				}
+			}
+		}
+		start := time.Now()
+		l, err := store.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		slog.Info("leading the state store", zap.Int64("epoch", l.Epoch()), zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+		moved, err := state.Checkout(ctx, store, store.ID(), cfg.DataDir, time.Now())
+		for _, m := range moved {
+			slog.Warn("moved aside what the data folder held of a tenant the state store no longer has", zap.String("path", m))
+		}
+		if err != nil {
+			_ = l.Resign(context.Background())
+			return fmt.Errorf("state store: %w", err)
+		}
+		leadCtx, stop := context.WithCancelCause(ctx)
+		go func() {
+			select {
+			case <-l.Lost():
+				stop(errLeadershipLost)
+			case <-leadCtx.Done():
+			}
+		}()
+		err = lead(leadCtx, cfg, log, pass, problems, hooks, &sharedLead{store: store, l: l})
+		lost := errors.Is(context.Cause(leadCtx), errLeadershipLost)
+		stop(nil)
+		if ctx.Err() != nil || !lost {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = l.Resign(rctx)
+			cancel()
+			return err
+		}
+		slog.Error("lost the leadership of the state store: standing by", zap.Int64("epoch", l.Epoch()), zap.NamedError("why", l.Err()))
+	}
+}
