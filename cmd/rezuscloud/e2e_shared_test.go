@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rezuscloud/rezuscloud/internal/cloudsim"
 	"github.com/rezuscloud/rezuscloud/internal/provider/openstack/simcloud"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -42,35 +43,8 @@ func (e *env) bridgeRole() (roleOf, bool) {
 // stands by; the Role sensor names the leader and the standbys.
 func TestE2ETwoInstances(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	var once sync.Once
-	held := make(chan struct{})
-	release := make(chan struct{})
-	var heldToken string
-	var mu sync.Mutex
-	e, cloud := newCloudEnv(t, simcloud.Hooks{Request: func(method, path, token string) bool {
-		// hold the first instance's create, before the cloud does it, and
-		// everything else that tofu process asks
-		mu.Lock()
-		if method == "POST" && path == "/compute/v2.1/servers" {
-			once.Do(func() { heldToken = token; close(held) })
-		}
-		hold := heldToken != "" && token == heldToken
-		mu.Unlock()
-		if !hold {
-			return true
-		}
-		<-release
-		return false // that tofu is gone: nothing is done for it
-	}})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
-	shared := fmt.Sprintf("[state]\nurl      = %q\npassword = %q\n", pg.URL, pg.Password)
-	e.appendConfig(shared + "instance = \"a\"\n")
+	e, cloud, held, release := newHeldCloudEnv(t)
+	e.appendConfig(sharedConfig(pg, "a"))
 	cfgA, err := os.ReadFile(e.cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +128,103 @@ func TestE2ETwoInstances(t *testing.T) {
 	})
 	if code, _ := a2.terminate(stopTimeout); code != 0 {
 		t.Errorf("the standby exited with code %d", code)
+	}
+	e.stop()
+}
+
+// newHeldCloudEnv is newCloudEnv whose stand-in holds the first instance's
+// create (before the cloud does it) and everything else the tofu process
+// that asked for it asks, until release is closed; then it refuses them
+// (that tofu is gone or stopping). held is closed when it holds.
+func newHeldCloudEnv(t *testing.T) (e *env, cloud *cloudsim.Cloud, held, release chan struct{}) {
+	t.Helper()
+	held, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var heldToken string
+	e, cloud = newCloudEnv(t, simcloud.Hooks{Request: func(method, path, token string) bool {
+		mu.Lock()
+		if method == "POST" && path == "/compute/v2.1/servers" {
+			once.Do(func() { heldToken = token; close(held) })
+		}
+		hold := heldToken != "" && token == heldToken
+		mu.Unlock()
+		if !hold {
+			return true
+		}
+		<-release
+		return false
+	}})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return e, cloud, held, release
+}
+
+// sharedConfig is the [state] table of an instance named instance on pg.
+func sharedConfig(pg *testenv.Postgres, instance string) string {
+	return fmt.Sprintf("[state]\nurl      = %q\npassword = %q\ninstance = %q\n", pg.URL, pg.Password, instance)
+}
+
+// TestE2ESharedStoreLost: PostgreSQL stops in the middle of a cloud apply.
+// The leadership ends: tofu is interrupted at once, the bridge goes
+// offline; the state upload of the interrupted tofu is retried until the
+// database is back. Then the instance leads again (a new epoch), the apply
+// shows failed, and Apply converges without a duplicate.
+func TestE2ESharedStoreLost(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	e, cloud, held, release := newHeldCloudEnv(t)
+	e.appendConfig(sharedConfig(pg, "a"))
+	e.start()
+	e.proc.waitLog(startTimeout, "leading the state store")
+	mark := e.cap.mark()
+	e.publish(base+"/lab/apply", "PRESS")
+	select {
+	case <-held:
+	case <-time.After(phaseTimeout):
+		t.Fatalf("the instances' apply never reached the cloud; events %v", e.opsBetween(mark, e.cap.mark()))
+	}
+	mark = e.cap.mark()
+	pg.Stop()
+	e.proc.waitLog(startTimeout, "interrupting tofu")
+	close(release)
+	pg.Start()
+	e.proc.waitLog(phaseTimeout, "lost the leadership of the state store")
+	e.cap.wait(e.proc, phaseTimeout, "offline, then leading again and online", func() bool {
+		var off, on bool
+		for _, m := range e.cap.since(mark) {
+			if m.Topic == base+"/bridge/availability" {
+				off = off || string(m.Payload) == "offline"
+				on = off && string(m.Payload) == "online"
+			}
+		}
+		return on && strings.Count(e.proc.stderr.String(), "leading the state store") >= 2
+	})
+	log := e.proc.stderr.String()
+	if !strings.Contains(log, `"epoch": 2`) {
+		t.Error("the second leadership is not epoch 2")
+	}
+	// the interrupted tofu's state upload met the outage and was retried
+	i := strings.Index(log, "interrupting tofu")
+	if j := strings.Index(log[i:], `"method": "POST", "state": "lab", "status": 500`); j < 0 ||
+		!strings.Contains(log[i+j:], `"method": "POST", "state": "lab", "status": 200`) {
+		t.Error("the interrupted tofu's state upload was not retried after the outage")
+	}
+	e.waitTenant("the apply shown failed", func(d tenantDoc) bool {
+		return d.LastOperation != nil && d.LastOperation.Name == "apply" && d.LastOperation.Result == "failed"
+	})
+	mark = e.cap.mark()
+	e.publish(base+"/lab/apply", "PRESS")
+	e.mustSucceed(mark, "apply")
+	e.waitTenant("running", func(d tenantDoc) bool { return d.Phase == "running" && d.NodesReady == 3 })
+	inv := cloud.Inventory()
+	t.Logf("cloud after converging: %+v", inv)
+	if inv.Servers != 3 || inv.FloatingIPs != 1 {
+		t.Fatalf("after converging (a duplicate or a leak): %+v", inv)
 	}
 	e.stop()
 }

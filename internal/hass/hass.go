@@ -427,19 +427,21 @@ func randomID() string {
 	return hex.EncodeToString(r[:])
 }
 
-// onConnect runs after every (re)connection: online, subscriptions, and a
-// full republish (the broker may have lost its retained messages).
+// onConnect runs after every (re)connection: subscriptions, online, and a
+// full republish (the broker may have lost its retained messages). The
+// commands are subscribed before online is said, so that a command sent
+// as soon as the bridge is seen online is not lost.
 func (b *Bridge) onConnect() {
 	c := b.client
-	tok := c.Publish(b.topics.availability(), 1, true, "online")
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		b.log.Warn("publish online failed", zap.Error(tok.Error()))
-	}
 	b.mu.Lock()
 	b.subscribed = map[string]bool{}
 	b.mu.Unlock()
 	if err := b.syncSubscriptions(); err != nil {
 		b.log.Warn("subscribe failed", zap.Error(err))
+	}
+	tok := c.Publish(b.topics.availability(), 1, true, "online")
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		b.log.Warn("publish online failed", zap.Error(tok.Error()))
 	}
 	b.mu.Lock()
 	b.connected = true
