@@ -259,15 +259,19 @@ func lead(ctx context.Context, cfg config.Config, log *logging.Logger, pass conf
 		// the image's HEALTHCHECK: unhealthy only after the MQTT connection
 		// has been down for a long time (a broker restart is not a failure)
 		// and no operation has run for as long
-		if ln, err := net.Listen("tcp", health.DefaultAddr); err != nil {
+		connected := func() error {
+			if !bridge.Connected() {
+				return errors.New("not connected to the MQTT broker")
+			}
+			return nil
+		}
+		if sh != nil { // the endpoint is the process's (shared.go)
+			sh.health.lead(connected, eng.Busy)
+			defer sh.health.lead(nil, nil)
+		} else if ln, err := net.Listen("tcp", health.DefaultAddr); err != nil {
 			log.Warn("health check endpoint not served", zap.Error(err))
 		} else {
-			checker := health.NewChecker(func() error {
-				if !bridge.Connected() {
-					return errors.New("not connected to the MQTT broker")
-				}
-				return nil
-			}, eng.Busy, 10*time.Minute) // a restart would interrupt running operations
+			checker := health.NewChecker(connected, eng.Busy, 10*time.Minute) // a restart would interrupt running operations
 			go func() { _ = health.Serve(ctx, ln, checker) }()
 		}
 	}

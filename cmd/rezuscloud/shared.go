@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/rezuscloud/rezuscloud/internal/config"
 	"github.com/rezuscloud/rezuscloud/internal/hass"
+	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/state/postgres"
@@ -23,8 +26,63 @@ var errLeadershipLost = errors.New("this instance no longer leads the shared sta
 
 // sharedLead is this instance leading a shared state store.
 type sharedLead struct {
+	store  *postgres.Store
+	l      *postgres.Leadership
+	health *sharedHealth
+}
+
+// sharedHealth is the image's health check of an instance that may stand
+// by: while it leads, lead's check (connected to MQTT, with the grace for
+// running operations); while it stands by, whether the store answers. A
+// standby is healthy: it must not be restarted for not leading.
+type sharedHealth struct {
 	store *postgres.Store
-	l     *postgres.Leadership
+	mu    sync.Mutex
+	check func() error
+	busy  func() string
+}
+
+// lead sets the leader's check (nil, nil: standing by again).
+func (h *sharedHealth) lead(check func() error, busy func() string) {
+	h.mu.Lock()
+	h.check, h.busy = check, busy
+	h.mu.Unlock()
+}
+
+func (h *sharedHealth) current() (func() error, func() string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.check, h.busy
+}
+
+func (h *sharedHealth) Check() error {
+	if check, _ := h.current(); check != nil {
+		return check()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := h.store.Members(ctx); err != nil {
+		return fmt.Errorf("standing by, but the state store does not answer: %w", err)
+	}
+	return nil
+}
+
+func (h *sharedHealth) Busy() string {
+	if _, busy := h.current(); busy != nil {
+		return busy()
+	}
+	return ""
+}
+
+// serveHealth serves the image's health check until ctx ends (add-on mode).
+func (h *sharedHealth) serve(ctx context.Context, log *zap.Logger) {
+	ln, err := net.Listen("tcp", health.DefaultAddr)
+	if err != nil {
+		log.Warn("health check endpoint not served", zap.Error(err))
+		return
+	}
+	checker := health.NewChecker(h.Check, h.Busy, 10*time.Minute)
+	go func() { _ = health.Serve(ctx, ln, checker) }()
 }
 
 // writer is what the engine writes through (nil without a shared store).
@@ -90,6 +148,10 @@ func serveShared(ctx context.Context, cfg config.Config, log *logging.Logger, pa
 		return err
 	}
 	defer store.Close()
+	hc := &sharedHealth{store: store}
+	if cfg.AddonMode {
+		hc.serve(ctx, slog)
+	}
 	slog.Info("state store opened", zap.String("store", store.Where()), zap.String("instance", instance), zap.String("id", store.ID()))
 	for {
 		if ms, err := store.Members(ctx); err == nil {
@@ -124,7 +186,7 @@ func serveShared(ctx context.Context, cfg config.Config, log *logging.Logger, pa
 			case <-leadCtx.Done():
 			}
 		}()
-		err = lead(leadCtx, cfg, log, pass, problems, hooks, &sharedLead{store: store, l: l})
+		err = lead(leadCtx, cfg, log, pass, problems, hooks, &sharedLead{store: store, l: l, health: hc})
 		lost := errors.Is(context.Cause(leadCtx), errLeadershipLost)
 		stop(nil)
 		if ctx.Err() != nil || !lost {
