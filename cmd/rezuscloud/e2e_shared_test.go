@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rezuscloud/rezuscloud/internal/cloudsim"
+	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi/fakeha"
 	"github.com/rezuscloud/rezuscloud/internal/provider/openstack/simcloud"
 	"github.com/rezuscloud/rezuscloud/internal/testenv"
 )
@@ -227,4 +229,70 @@ func TestE2ESharedStoreLost(t *testing.T) {
 	})
 	e.convergeOnce(cloud)
 	e.stop()
+}
+
+// TestE2ESharedStoreUnreachable: PostgreSQL is down when rezuscloud
+// starts. It retries (logged), publishes nothing on MQTT (another instance
+// may lead), and Home Assistant gets a persistent notification that says
+// why; once the server is up it leads, comes online and takes the
+// notification back. A wrong password stops the start with a notification
+// that names it, and without the password in it.
+func TestE2ESharedStoreUnreachable(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	pg.Stop()
+	const token = "store-ha-token"
+	ha := fakeha.New(token)
+	t.Cleanup(ha.Close)
+	e := newEnv(t, envOptions{tenant: "lab", machines: 1, delays: quickDelays})
+	e.appendConfig(fmt.Sprintf("[homeassistant]\nurl   = %q\ntoken = %q\n", ha.URL, token) + sharedConfig(pg, "a"))
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	e.proc = startProc(t, "rezuscloud run", nil, "run", "--config", e.cfgPath)
+	e.proc.waitLog(startTimeout, "the state store cannot be reached; trying again")
+	if err := ha.WaitNotifications(ctx, func(ns map[string]fakeha.Notification) bool {
+		n, ok := ns[storeNotificationID]
+		return ok && strings.Contains(n.Message, "cannot reach the server")
+	}); err != nil {
+		t.Fatalf("no notification that the store cannot be reached: %v (%v)", err, ha.Notifications())
+	}
+	for _, m := range e.cap.all() {
+		if strings.HasPrefix(m.Topic, base+"/") || strings.HasPrefix(m.Topic, prefix+"/") {
+			t.Fatalf("published on MQTT before it leads: %s", m.Topic)
+		}
+	}
+	pg.Start()
+	e.cap.wait(e.proc, startTimeout, "online once the store is up", func() bool {
+		m, ok := e.cap.lastMsg(base + "/bridge/availability")
+		return ok && string(m.Payload) == "online"
+	})
+	if err := ha.WaitNotifications(ctx, func(ns map[string]fakeha.Notification) bool {
+		_, ok := ns[storeNotificationID]
+		return !ok
+	}); err != nil {
+		t.Fatalf("the notification stayed after the store opened: %v", err)
+	}
+	e.stop()
+
+	// a wrong password: no retry, the start fails and says so
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := "wrong-" + pg.Password
+	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), fmt.Sprintf("password = %q", pg.Password), fmt.Sprintf("password = %q", wrong), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProc(t, "rezuscloud run (wrong password)", nil, "run", "--config", e.cfgPath)
+	select {
+	case <-p.done:
+	case <-time.After(startTimeout):
+		t.Fatal("a wrong password did not stop the start")
+	}
+	if p.code == 0 || !strings.Contains(p.stderr.String(), "refused the password") {
+		t.Fatalf("exit %d; log:\n%s", p.code, p.stderr.String())
+	}
+	n := ha.Notifications()[storeNotificationID]
+	if !strings.Contains(n.Message, "refused the password") || strings.Contains(n.Message, wrong) || strings.Contains(p.stderr.String(), wrong) {
+		t.Fatalf("the wrong password's notification %q (or the log) does not name the refusal, or shows the password", n.Message)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rezuscloud/rezuscloud/internal/config"
 	"github.com/rezuscloud/rezuscloud/internal/hass"
+	"github.com/rezuscloud/rezuscloud/internal/hass/wsapi"
 	"github.com/rezuscloud/rezuscloud/internal/health"
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/state"
@@ -129,6 +130,100 @@ func (sh *sharedLead) showStandbys(ctx context.Context, bridge *hass.Bridge, log
 	}
 }
 
+// storeNotificationID is the persistent notification that says the state
+// store cannot be reached at start.
+const storeNotificationID = "rezuscloud_state_store"
+
+// storeNotice shows Home Assistant, as a persistent notification through
+// the WebSocket API (add-on mode, or [homeassistant] set), why rezuscloud
+// does not come up while it cannot open its state store; MQTT stays
+// untouched (another instance may lead). It is taken back once the store
+// opened.
+type storeNotice struct {
+	c     *wsapi.Client
+	mu    sync.Mutex
+	msg   string // "" once the store opened
+	final bool   // msg is the last: the start failed
+	kick  chan struct{}
+	done  chan struct{}
+}
+
+// newStoreNotice starts the notice's link to Home Assistant (nil: none
+// configured; its methods then do nothing).
+func newStoreNotice(ctx context.Context, cfg config.Config, log *zap.Logger) *storeNotice {
+	o, err := wsapi.ResolveOptions(cfg.HomeAssistant.URL, cfg.HomeAssistant.Token.Reveal(), "")
+	if err != nil || !o.Enabled() {
+		return nil
+	}
+	n := &storeNotice{c: wsapi.New(o, log), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _ = n.c.Run(cctx) }()
+	go func() { defer close(n.done); defer cancel(); n.run(cctx) }()
+	return n
+}
+
+// fail shows why the start failed for good (a wrong password, a newer
+// schema) and waits a little for Home Assistant to have it.
+func (n *storeNotice) fail(err error) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.final = true
+	n.mu.Unlock()
+	n.set("rezuscloud stopped: " + err.Error())
+	select {
+	case <-n.done:
+	case <-time.After(15 * time.Second):
+	}
+}
+
+// set shows msg ("" takes the notification back and ends the notice).
+func (n *storeNotice) set(msg string) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.msg = msg
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *storeNotice) run(ctx context.Context) {
+	shown := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.kick:
+		}
+		n.mu.Lock()
+		msg, final := n.msg, n.final
+		n.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if n.c.WaitConnected(wctx) == nil {
+			switch {
+			case msg != "":
+				shown = n.c.CallService(wctx, "persistent_notification", "create", map[string]any{
+					"notification_id": storeNotificationID,
+					"title":           "rezuscloud: the state store cannot be reached",
+					"message": "rezuscloud keeps its state in PostgreSQL and cannot open it, so it does not start " +
+						"(it keeps trying while the server cannot be reached).\n\n**Last error:** " + msg,
+				}) == nil || shown
+			case shown:
+				_ = n.c.CallService(wctx, "persistent_notification", "dismiss", map[string]any{"notification_id": storeNotificationID})
+			}
+		}
+		cancel()
+		if msg == "" || final {
+			return
+		}
+	}
+}
+
 // serveShared runs rezuscloud on a state store in PostgreSQL that several
 // instances may share: it stands by until it leads the store, makes the
 // data folder the store's working copy, and leads (lead) until ctx ends or
@@ -138,15 +233,22 @@ func (sh *sharedLead) showStandbys(ctx context.Context, bridge *hass.Bridge, log
 func serveShared(ctx context.Context, cfg config.Config, log *logging.Logger, pass config.Secret, problems []string, hooks serveHooks) error {
 	slog := log.Named("state")
 	instance := cfg.State.InstanceName()
+	notice := newStoreNotice(ctx, cfg, log.Named("websocket"))
 	store, err := postgres.Open(ctx, cfg.State.URL, cfg.State.Password.Reveal(), instance, pass.Reveal(), postgres.Options{
 		OnRetry: func(attempt int, err error, wait time.Duration) {
 			slog.Error("the state store cannot be reached; trying again", zap.Int("attempt", attempt),
 				zap.Duration("next_in", wait), zap.Error(err))
+			notice.set(err.Error())
 		},
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the store
+		}
+		notice.fail(err)
 		return err
 	}
+	notice.set("")
 	defer store.Close()
 	hc := &sharedHealth{store: store}
 	if cfg.AddonMode {
