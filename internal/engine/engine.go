@@ -335,6 +335,7 @@ func (e *Engine) restore() {
 		e.mu.Lock()
 		ts := e.ensureLocked(name, rec, true)
 		e.mu.Unlock()
+		e.refreshShare(name)
 		if !rec.Infra {
 			continue
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/backoff"
 	"github.com/rezuscloud/rezuscloud/internal/provider"
 	"github.com/rezuscloud/rezuscloud/internal/provider/platform"
+	"github.com/rezuscloud/rezuscloud/internal/safefile"
 	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
@@ -921,6 +923,31 @@ func (e *Engine) removeTenantFiles(name string) {
 		}
 	}
 	os.Remove(e.tenantDir(name)) // only if empty
+}
+
+// refreshShare puts the tenant's kubeconfig and talosconfig into the share
+// folder where it lacks them or holds others (a new box that took over a
+// shared store, a share folder emptied by hand): the user reads them there.
+func (e *Engine) refreshShare(name string) {
+	if e.opts.ShareDir == "" {
+		return
+	}
+	for _, kind := range []string{state.Kubeconfig, state.Talosconfig} {
+		data, err := safefile.Read(filepath.Join(e.tenantDir(name), kind), 1<<20)
+		if err != nil {
+			continue // none yet
+		}
+		dst := filepath.Join(e.opts.ShareDir, name, kind)
+		if have, err := safefile.Read(dst, 1<<20); err == nil && bytes.Equal(have, data) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err == nil {
+			err = atomicfile.Write(dst, data, 0o600)
+		}
+		if err != nil {
+			e.log.Warn("writing a secret into the share folder", zap.String("tenant", name), zap.String("file", dst), zap.Error(err))
+		}
+	}
 }
 
 // bootstrap bootstraps etcd once (AlreadyExists counts as done).

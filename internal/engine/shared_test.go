@@ -121,3 +121,34 @@ func newFixtureShared(t *testing.T, nodes, workers int, w state.Writer) *fixture
 	f := &fixture{t: t, states: w.States()}
 	return f.init(nodes, workers, false, func(o *Options) { o.Shared = w })
 }
+
+// TestShareFolderRefreshedAtStart: the share folder gets the kubeconfig
+// and talosconfig back at start when it lacks them (a new box that took
+// over a shared store, a folder emptied by hand).
+func TestShareFolderRefreshedAtStart(t *testing.T) {
+	share := filepath.Join(t.TempDir(), "share")
+	f := newFixtureTweak(t, 1, 0, false, func(o *Options) { o.ShareDir = share })
+	if err := f.eng.Apply(ctxTimeout(t, long), "lab"); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.wait(t, "phase running", long, phaseIs(tenant.PhaseRunning))
+	f.stop()
+	if err := os.RemoveAll(share); err != nil {
+		t.Fatal(err)
+	}
+	f.rec = newRecorder()
+	f.start()
+	for _, kind := range []string{state.Kubeconfig, state.Talosconfig} {
+		want, err := os.ReadFile(filepath.Join(f.dir, "data", "tenants", "lab", kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(share, "lab", kind))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("share folder %s after the start: %v", kind, err)
+		}
+		if fi, err := os.Stat(filepath.Join(share, "lab", kind)); err == nil && fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s is %v, want 0600", kind, fi.Mode().Perm())
+		}
+	}
+}
