@@ -156,7 +156,11 @@ func (pe *poolEnv) waitPoolEvent(mark int, what string, match func(map[string]an
 			}
 		}
 		return false
-	}, func() string { b, _ := json.Marshal(pe.poolEvents(mark)); return "pool events: " + string(b) })
+	}, func() string {
+		b, _ := json.Marshal(pe.poolEvents(mark))
+		p, _ := json.Marshal(pe.pool())
+		return "pool events: " + string(b) + "; pool now: " + string(p)
+	})
 	return ev
 }
 

@@ -273,3 +273,35 @@ func TestUnitPollerThroughSeam(t *testing.T) {
 		})
 	})
 }
+
+// TestUnitQuietNodeIsNoPowerOn: a worker that stops answering for a while
+// and answers again (a missed poll on a busy box) is not a power-on: the
+// pool's one-power-on-an-hour guard counted those, and then held a worker
+// it had switched off for an hour although nothing had switched it on.
+func TestUnitQuietNodeIsNoPowerOn(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newUnitFixture(t, nil)
+		if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
+			t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
+		}
+		f.eng.mu.Lock()
+		ts := f.eng.ts["lab"]
+		f.eng.mu.Unlock()
+		running := talos.NodeState{Stage: tenant.StageRunning, Ready: true}
+		for range 3 {
+			ts.observe("lab-workers-1", talos.Unreachable)
+			ts.observe("lab-workers-1", running)
+		}
+		start := time.Now().Add(-time.Minute)
+		if n := ts.powerOnsSince("lab-workers-1", start); n != 0 {
+			t.Fatalf("a node that only went quiet counts %d power-ons", n)
+		}
+		ts.mu.Lock()
+		ts.notePowerOnLocked("lab-workers-1", time.Now())
+		ts.mu.Unlock()
+		if n := ts.powerOnsSince("lab-workers-1", start); n != 1 {
+			t.Fatalf("a power-on counts %d", n)
+		}
+	})
+}

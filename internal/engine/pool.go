@@ -379,8 +379,7 @@ func (ts *tenantState) poolScaleCloud(ctx context.Context, r *run, group string,
 	return "pool " + group + ": count " + strconv.Itoa(count) + "; " + msg, nil
 }
 
-// powerOnsSince counts a node's power-ons (seen as the node answering
-// again after it did not) since t.
+// powerOnsSince counts a node's power-ons (notePowerOnLocked) since t.
 func (ts *tenantState) powerOnsSince(node string, t time.Time) int {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -399,19 +398,11 @@ func (e *Engine) Pool(ctx context.Context, name, group string, mode *string, lo,
 	return e.editSpec(name, func() (*tenant.Tenant, error) { return e.opts.Store.SetPool(name, group, mode, lo, hi) })
 }
 
-// poweredOn reports whether a node that answers again after it left
-// answering in stage left was powered on: it went away while it ran, not
-// in a reboot, an upgrade or an install it came back from by itself.
-func poweredOn(left tenant.Stage) bool {
-	switch left {
-	case tenant.StageRebooting, tenant.StageUpgrading, tenant.StageInstalling, tenant.StageResetting, tenant.StageBooting:
-		return false
-	}
-	return true
-}
-
-// notePowerOnLocked records a power-on of a node and forgets those older
-// than an hour. Called with ts.mu held.
+// notePowerOnLocked records a power-on of a node (rezuscloud switched it
+// on: the pool, or a Power on) and forgets those older than an hour.
+// Called with ts.mu held. A node that was only out of reach for a while
+// (a missed poll on a busy box, a network blip) is not a power-on: counting
+// those held a pool's node off for an hour after it merely went quiet.
 func (ts *tenantState) notePowerOnLocked(node string, at time.Time) {
 	if ts.powerOns == nil {
 		ts.powerOns = map[string][]time.Time{}

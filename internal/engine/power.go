@@ -160,6 +160,9 @@ func (ts *tenantState) powerOn(ctx context.Context, r *run, node string) (string
 	if err := c.On(ctx); err != nil {
 		return "", fmt.Errorf("node %s (%s): %w", node, m.Address, err)
 	}
+	ts.mu.Lock()
+	ts.notePowerOnLocked(node, e.now())
+	ts.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, e.shutdownTimeout())
 	err = ts.e.opts.Nodes.WaitAnswering(wctx, target, tc, 250*time.Millisecond)
 	cancel()

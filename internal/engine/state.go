@@ -285,15 +285,6 @@ func (ts *tenantState) observe(node string, st talos.NodeState) {
 	if !ok || o.st.Stage != st.Stage || o.st.Ready != st.Ready {
 		o.since = now
 	}
-	switch away := st.Stage == talos.Unreachable.Stage; {
-	case away && ok && o.st.Stage != talos.Unreachable.Stage:
-		o.left = o.st.Stage
-	case !away && ok && o.st.Stage == talos.Unreachable.Stage:
-		if poweredOn(o.left) {
-			ts.notePowerOnLocked(node, now)
-		}
-		o.left = ""
-	}
 	o.st = st
 	if st.TalosVersion != "" {
 		o.talosVersion = st.TalosVersion

@@ -89,9 +89,6 @@ type nodeObs struct {
 	// talosVersion and kubeletVersion are the last versions it reported
 	// (kept while it does not answer).
 	talosVersion, kubeletVersion string
-	// left is the stage the node was last seen in before it stopped
-	// answering ("" while it answers)
-	left tenant.Stage
 }
 
 // planFacts is a pending plan, as far as the view needs it.
