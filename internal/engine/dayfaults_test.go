@@ -59,7 +59,7 @@ func TestKubernetesCancelledThenApplyMovesNothing(t *testing.T) {
 	if strings.Count(strings.Join(before, ","), "1.35.0") < 2 {
 		t.Errorf("kubelets before the apply %v: the cancel did not stop the rollout", before)
 	}
-	st := r.status["lab"]
+	st := r.statusOf("lab")
 	if !strings.Contains(strings.Join(st.Problems, " "), "press Install to resume") {
 		t.Errorf("the stopped rollout is not shown: problems %q", st.Problems)
 	}
@@ -252,11 +252,13 @@ func TestUpgradeInterruptedByRestart(t *testing.T) {
 		return st.LastOperation != nil && strings.Contains(st.LastOperation.Message, "interrupted") &&
 			strings.Contains(strings.Join(st.Problems, " "), "press Install to resume")
 	})
-	st := r.status["lab"]
+	st := r.statusOf("lab")
 	if !strings.Contains(st.LastOperation.Message, "Kubernetes upgrade to 1.35.2") || !strings.Contains(st.LastOperation.Message, "press Install to resume") {
 		t.Errorf("after the restart the last operation says %q, want the interrupted upgrade and Install", st.LastOperation.Message)
 	}
+	r.mu.Lock()
 	upgrades := r.succeeded("upgrade")
+	r.mu.Unlock()
 	if err := f.eng.Upgrade(context.Background(), "lab", "kubernetes", "1.35.2"); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +268,7 @@ func TestUpgradeInterruptedByRestart(t *testing.T) {
 			t.Errorf("after Install: kubelet %s, want 1.35.2", v)
 		}
 	}
-	if p := strings.Join(r.status["lab"].Problems, " "); strings.Contains(p, "Install") {
+	if p := strings.Join(r.statusOf("lab").Problems, " "); strings.Contains(p, "Install") {
 		t.Errorf("problems after the rollout finished: %q", p)
 	}
 }

@@ -102,6 +102,13 @@ func (r *recorder) wait(t testing.TB, what string, timeout time.Duration, cond f
 }
 
 // succeeded counts the successful operations of a name.
+// statusOf is a tenant's last published status, read under the lock.
+func (r *recorder) statusOf(name string) tenant.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status[name]
+}
+
 func (r *recorder) succeeded(name string) int {
 	n := 0
 	for _, ev := range r.events {
