@@ -27,7 +27,6 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/talos"
 	"github.com/rezuscloud/rezuscloud/internal/tenant"
 	"github.com/rezuscloud/rezuscloud/internal/tofu"
-	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 	"github.com/rezuscloud/rezuscloud/internal/wol"
 )
 
@@ -130,12 +129,8 @@ func serve(ctx context.Context, cfg config.Config, logw io.Writer, hooks serveHo
 // everything around them. With a shared state store (sh) this instance
 // leads it, and ctx also ends when the leadership does.
 func lead(ctx context.Context, cfg config.Config, log *logging.Logger, pass config.Secret, problems []string, hooks serveHooks, sh *sharedLead) error {
-	var states httpstate.Backend
-	if sh != nil {
-		states = sh.l.Writer().States()
-	}
 	runner, err := tofu.New(tofu.Config{
-		States:        states,
+		States:        sh.states(),
 		Binary:        cfg.Tofu.Binary,
 		DataDir:       filepath.Join(cfg.DataDir, "tofu"),
 		CLIConfigFile: cfg.Tofu.CLIConfig,

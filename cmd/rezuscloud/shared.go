@@ -18,6 +18,7 @@ import (
 	"github.com/rezuscloud/rezuscloud/internal/logging"
 	"github.com/rezuscloud/rezuscloud/internal/state"
 	"github.com/rezuscloud/rezuscloud/internal/state/postgres"
+	"github.com/rezuscloud/rezuscloud/internal/tofu/httpstate"
 )
 
 // errLeadershipLost is the cause lead's context ends with when this
@@ -92,6 +93,15 @@ func (sh *sharedLead) writer() state.Writer {
 		return nil
 	}
 	return sh.l.Writer()
+}
+
+// states is tofu's state backend (nil without a shared store: the data
+// folder's).
+func (sh *sharedLead) states() httpstate.Backend {
+	if sh == nil {
+		return nil
+	}
+	return sh.l.Writer().States()
 }
 
 // instance is the bridge's Options.Instance ("" without a shared store).
@@ -207,12 +217,13 @@ func (n *storeNotice) run(ctx context.Context) {
 		if n.c.WaitConnected(wctx) == nil {
 			switch {
 			case msg != "":
-				shown = n.c.CallService(wctx, "persistent_notification", "create", map[string]any{
+				err := n.c.CallService(wctx, "persistent_notification", "create", map[string]any{
 					"notification_id": storeNotificationID,
 					"title":           "rezuscloud: the state store cannot be reached",
 					"message": "rezuscloud keeps its state in PostgreSQL and cannot open it, so it does not start " +
 						"(it keeps trying while the server cannot be reached).\n\n**Last error:** " + msg,
-				}) == nil || shown
+				})
+				shown = shown || err == nil
 			case shown:
 				_ = n.c.CallService(wctx, "persistent_notification", "dismiss", map[string]any{"notification_id": storeNotificationID})
 			}

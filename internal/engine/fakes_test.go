@@ -305,3 +305,11 @@ func (f *unitFixture) apply(t *testing.T) tenant.OperationEvent {
 	})
 	return ev
 }
+
+// applied applies and fails the test unless the apply succeeded.
+func (f *unitFixture) applied(t *testing.T) {
+	t.Helper()
+	if ev := f.apply(t); ev.Result != tenant.ResultSucceeded {
+		t.Fatalf("apply: %s: %s", ev.Result, ev.Message)
+	}
+}

@@ -941,10 +941,7 @@ func (e *Engine) refreshShare(name string) {
 		if have, err := safefile.Read(dst, 1<<20); err == nil && bytes.Equal(have, data) {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err == nil {
-			err = atomicfile.Write(dst, data, 0o600)
-		}
-		if err != nil {
+		if err := writePrivate(dst, data); err != nil {
 			e.log.Warn("writing a secret into the share folder", zap.String("tenant", name), zap.String("file", dst), zap.Error(err))
 		}
 	}
@@ -1012,12 +1009,20 @@ func (e *Engine) writeSecretFile(name, file string, data []byte) error {
 		dirs = append(dirs, filepath.Join(e.opts.ShareDir, name))
 	}
 	for _, d := range dirs {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := writePrivate(filepath.Join(d, file), data); err != nil {
 			return fmt.Errorf("tenant %s: %w", name, err)
 		}
-		if err := atomicfile.Write(filepath.Join(d, file), data, 0o600); err != nil {
-			return fmt.Errorf("tenant %s: writing %s: %w", name, file, err)
-		}
+	}
+	return nil
+}
+
+// writePrivate writes a file 0600 (its folder 0700), atomically.
+func writePrivate(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,22 +82,27 @@ func Checkout(ctx context.Context, r Reader, storeID, data string, now time.Time
 	if err := writeFile(marker, []byte(storeID+"\n")); err != nil {
 		return nil, err
 	}
-	stamp := now.UTC().Format("20060102T150405Z")
+	aside := filepath.Join(data, "replaced", now.UTC().Format("20060102T150405Z"))
+	// moveAside moves what data holds at rel (if anything) under aside
+	moveAside := func(rel string) error {
+		src, dst := filepath.Join(data, rel), filepath.Join(aside, rel)
+		if _, err := os.Lstat(src); err != nil {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return fmt.Errorf("moving aside %s: %w", src, err)
+		}
+		moved = append(moved, dst)
+		return nil
+	}
 	for _, n := range unknown {
-		for _, root := range []string{tenantsDir(data), statesDir(data)} {
-			src := filepath.Join(root, n)
-			if _, err := os.Lstat(src); err != nil {
-				continue
-			}
-			rel, _ := filepath.Rel(data, root)
-			dst := filepath.Join(data, "replaced", stamp, rel, n)
-			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		for _, rel := range []string{filepath.Join("tenants", n), filepath.Join("tofu", "state", n)} {
+			if err := moveAside(rel); err != nil {
 				return moved, err
 			}
-			if err := os.Rename(src, dst); err != nil {
-				return moved, fmt.Errorf("moving aside %s: %w", src, err)
-			}
-			moved = append(moved, dst)
 		}
 	}
 	for _, c := range copies {
@@ -114,15 +118,8 @@ func Checkout(ctx context.Context, r Reader, storeID, data string, now time.Time
 			if !ok {
 				// not in the store (a destroy removed it there): a copy
 				// here is stale; kept aside, never used
-				if _, err := os.Lstat(p); err == nil {
-					dst := filepath.Join(data, "replaced", stamp, "tenants", c.name, kind)
-					if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-						return moved, err
-					}
-					if err := os.Rename(p, dst); err != nil {
-						return moved, fmt.Errorf("moving aside %s: %w", p, err)
-					}
-					moved = append(moved, dst)
+				if err := moveAside(filepath.Join("tenants", c.name, kind)); err != nil {
+					return moved, err
 				}
 				continue
 			}
@@ -153,7 +150,7 @@ func localTenants(data string) ([]string, error) {
 	}
 	if err := eachTenantDir(statesDir(data), func(name, dir string) error {
 		ents, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil {
 			return err
 		}
 		if len(ents) > 0 {

@@ -74,8 +74,8 @@ func TestStatesPostgres(t *testing.T) {
 	states := pgLead(t, pgStore(t, p)).Writer().States()
 	dataDir := t.TempDir()
 	r := newRunner(t, dataDir, func(c *Config) { c.States = states })
-	if r.Store() != nil || r.States() != states {
-		t.Fatalf("Store() = %v, States() = %v", r.Store(), r.States())
+	if r.Store() != nil || r.states != states {
+		t.Fatalf("Store() = %v, States() = %v", r.Store(), r.states)
 	}
 	ws := workspace(t, r, "lab", dataDoc(2, "pg"))
 	if sum := apply(t, ws); sum.Add != 2 {

@@ -327,10 +327,6 @@ func (r *Runner) Binary() string { return r.binary }
 // the states are kept in Config.States.
 func (r *Runner) Store() *httpstate.Store { return r.file }
 
-// States is the state backend tofu uses: Config.States, or the data
-// folder's store.
-func (r *Runner) States() httpstate.Backend { return r.states }
-
 // Lock reports who holds tenant's state lock. Only this process's tofu uses
 // the backend, so a lock seen while no command of the tenant runs is stale,
 // except right after a restart, while a tofu of the previous process may
