@@ -242,6 +242,9 @@ func lead(ctx context.Context, cfg config.Config, log *logging.Logger, pass conf
 	if err := bridge.Start(ctx); err != nil {
 		stopEngine()
 		<-runErr
+		if ctx.Err() != nil {
+			return nil // stopped (or no longer leading) while connecting
+		}
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	defer bridge.Close()
